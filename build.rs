@@ -1,0 +1,68 @@
+//! Builds the C and C++ test fixtures in `c-fixtures/` into `$OUT_DIR/fixtures/`.
+//!
+//! Every `*.c` and `*.cpp` file becomes an executable named after its stem; a file whose stem
+//! starts with `lib` becomes a shared library `lib….so` instead. A comment line
+//! `// build: FLAGS` among the first lines of a file adds compiler flags (and `-l` libraries) for
+//! that file alone. The fixtures are plain programs: the tests run them with the library
+//! preloaded, so nothing here links against libdmem.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn extra_flags(src: &Path) -> Vec<String> {
+    let text = fs::read_to_string(src).unwrap_or_default();
+    text.lines()
+        .take(10)
+        .filter_map(|l| l.trim().strip_prefix("// build:"))
+        .flat_map(|f| f.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect()
+}
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("fixtures");
+    fs::create_dir_all(&out).expect("create fixtures dir");
+    println!("cargo:rerun-if-changed=c-fixtures");
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let mut sources: Vec<PathBuf> = fs::read_dir("c-fixtures")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    // Libraries first, so executables can link against them with -L and -l.
+    sources.sort_by_key(|p| {
+        let stem = p.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        (!stem.starts_with("lib"), stem)
+    });
+
+    for src in sources {
+        let ext = src.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let cplusplus = match ext {
+            "c" => false,
+            "cpp" => true,
+            _ => continue,
+        };
+        println!("cargo:rerun-if-changed={}", src.display());
+        let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+        let compiler = cc::Build::new()
+            .cpp(cplusplus)
+            .opt_level(2)
+            .debug(true)
+            .warnings(false)
+            .cargo_metadata(false)
+            .get_compiler();
+        let mut cmd = compiler.to_command();
+        // cc adds -ffunction-sections and the like for objects; a fixture wants a plain program.
+        cmd.env_remove("CFLAGS").env_remove("CXXFLAGS");
+        let target = if stem.starts_with("lib") {
+            cmd.args(["-shared", "-fPIC"]);
+            out.join(format!("{stem}.so"))
+        } else {
+            out.join(&stem)
+        };
+        cmd.arg(&src).arg("-o").arg(&target).arg("-pthread").arg("-ldl");
+        cmd.arg(format!("-L{}", out.display()));
+        cmd.arg(format!("-Wl,-rpath,{}", out.display()));
+        cmd.args(extra_flags(&src));
+        let status = cmd.status().expect("run the C compiler");
+        assert!(status.success(), "compiling fixture {} failed", src.display());
+    }
+}

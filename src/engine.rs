@@ -1,0 +1,261 @@
+//! The one allocate, reallocate and release path behind every exported entry point.
+//!
+//! Order on the hot path: allocate from the backend, fill the header (the stack is captured here,
+//! before any lock), then link under the list's lock. Release claims the header atomically, then
+//! unlinks under the lock, then frees. errno is left as the caller had it on success.
+
+use crate::bootstrap::{self, Real};
+use crate::diag::{self, BadFree};
+use crate::header::{self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, SIZE_MASK};
+use crate::{lists, options, thread, unwind};
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location always returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(v: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = v }
+}
+
+fn enomem() -> *mut u8 {
+    set_errno(libc::ENOMEM);
+    core::ptr::null_mut()
+}
+
+/// Fills in a header for a block that is about to be handed out, and links it.
+///
+/// # Safety
+/// `hdr` must be the header slot of a fresh backend block of at least `HEADER_SIZE + size` bytes.
+unsafe fn publish(
+    hdr: *mut Header,
+    size: usize,
+    align_log2: u32,
+    frames: Option<&[usize; header::NFRAMES]>,
+) -> *mut u8 {
+    let opts = options::get();
+    let list = thread::home_list(lists::NLISTS);
+    // SAFETY: the caller hands us exclusive use of the header slot.
+    let h = unsafe { &mut *hdr };
+    h.size_word = Header::pack_size_word(size, list, align_log2);
+    h.tid = thread::tid();
+    h.magic = header::MAGIC_LIVE;
+    if opts.record {
+        match frames {
+            Some(f) => h.frames = *f,
+            None => match thread::Guard::enter() {
+                Some(_g) => unwind::capture(&mut h.frames),
+                // A nested call from inside libdmem (the unwinder's first use): no stack.
+                None => h.frames = [0; header::NFRAMES],
+            },
+        }
+        // SAFETY: the header is fully written and on no list.
+        unsafe { lists::link(hdr) };
+    } else {
+        h.next = core::ptr::null_mut();
+        h.prev = core::ptr::null_mut();
+        h.frames = [0; header::NFRAMES];
+    }
+    header::to_user(hdr)
+}
+
+/// Allocates `size` bytes aligned to `1 << align_log2` (0 for the ordinary 16), zeroed if asked.
+/// Returns null with errno ENOMEM on failure.
+pub fn allocate(size: usize, align_log2: u32, zeroed: bool) -> *mut u8 {
+    let Some(real) = bootstrap::real() else {
+        return arena(size, 1 << align_log2);
+    };
+    if size as u64 > SIZE_MASK {
+        return enomem();
+    }
+    let saved = errno();
+    let total = size + header::lead_for(align_log2);
+    // SAFETY: calling the next allocator with sizes that cannot overflow (size < 2^48).
+    let base = unsafe {
+        if align_log2 == 0 {
+            if zeroed {
+                (real.calloc)(1, total)
+            } else {
+                (real.malloc)(total)
+            }
+        } else {
+            let mut p = core::ptr::null_mut();
+            if (real.posix_memalign)(&mut p, 1 << align_log2, total) != 0 {
+                p = core::ptr::null_mut();
+            } else if zeroed {
+                core::ptr::write_bytes(p.cast::<u8>(), 0, total);
+            }
+            p
+        }
+    };
+    if base.is_null() {
+        return enomem();
+    }
+    // SAFETY: a fresh backend block of `total` bytes, so the header slot and user bytes are ours.
+    let user = unsafe { publish(header::from_base(base.cast(), align_log2), size, align_log2, None) };
+    set_errno(saved);
+    user
+}
+
+fn arena(size: usize, align: usize) -> *mut u8 {
+    let p = bootstrap::arena_alloc(size, align);
+    if p.is_null() {
+        enomem()
+    } else {
+        p
+    }
+}
+
+/// Validates a pointer given to free or realloc and claims its header. None after a bad free
+/// was reported and ignored.
+fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
+    if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
+        diag::bad_free(func, user, BadFree::Foreign, None);
+        return None;
+    }
+    let hdr = header::from_user(user);
+    // SAFETY: a pointer we handed out has a header right before it; for a foreign pointer the
+    // read may see anything (its magic then fails) and the check above kept it aligned.
+    match unsafe { header::claim(hdr) } {
+        Ok(()) => Some(hdr),
+        Err(MAGIC_FREED) => {
+            // SAFETY: the magic says this was our header; its other fields are still readable.
+            diag::bad_free(func, user, BadFree::Double, Some(unsafe { &*hdr }));
+            None
+        }
+        Err(_) => {
+            diag::bad_free(func, user, BadFree::Foreign, None);
+            None
+        }
+    }
+}
+
+/// Takes a claimed header off the lists and gives its block back to the backend.
+fn dispose(real: &Real, hdr: *mut Header) {
+    // SAFETY: the caller won the claim on `hdr`, so it is ours alone and (if recording) on its
+    // list; afterwards nothing refers to the block.
+    unsafe {
+        let align_log2 = (*hdr).align_log2();
+        if options::get().record {
+            lists::unlink(hdr);
+        }
+        (real.free)(header::base_of(hdr, align_log2).cast());
+    }
+}
+
+/// free(): null is a no-op, arena blocks are never freed.
+pub fn release(user: *mut u8) {
+    if user.is_null() || bootstrap::arena_contains(user) {
+        return;
+    }
+    let Some(real) = bootstrap::real() else { return };
+    let saved = errno();
+    if let Some(hdr) = claim("free", user) {
+        dispose(real, hdr);
+    }
+    set_errno(saved);
+}
+
+/// The usable size of a block we handed out: what the backend grants minus our lead.
+pub fn usable_size(user: *mut u8) -> usize {
+    if user.is_null() {
+        return 0;
+    }
+    if bootstrap::arena_contains(user) {
+        return bootstrap::arena_size(user);
+    }
+    let Some(real) = bootstrap::real() else { return 0 };
+    if !(user as usize).is_multiple_of(BASE_ALIGN) {
+        return 0;
+    }
+    // SAFETY: as in `claim`, the header of one of our blocks precedes it.
+    let h = unsafe { &*header::from_user(user) };
+    if h.magic != header::MAGIC_LIVE {
+        return 0;
+    }
+    let lead = header::lead_for(h.align_log2());
+    match real.usable_size {
+        // SAFETY: the base pointer is what the backend returned for this block.
+        Some(f) => unsafe { f(header::base_of(header::from_user(user), h.align_log2()).cast()) }
+            .saturating_sub(lead)
+            .max(h.size()),
+        None => h.size(),
+    }
+}
+
+/// realloc(): glibc's contract, including realloc(NULL, n) and realloc(p, 0) freeing p.
+pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
+    if user.is_null() {
+        return allocate(size, 0, false);
+    }
+    if size == 0 {
+        release(user);
+        return core::ptr::null_mut();
+    }
+    if bootstrap::arena_contains(user) {
+        let new = allocate(size, 0, false);
+        if !new.is_null() {
+            let n = bootstrap::arena_size(user).min(size);
+            // SAFETY: both blocks hold at least n bytes and are distinct.
+            unsafe { core::ptr::copy_nonoverlapping(user, new, n) };
+        }
+        return new;
+    }
+    let Some(real) = bootstrap::real() else {
+        return core::ptr::null_mut();
+    };
+    let Some(hdr) = claim("realloc", user) else {
+        return core::ptr::null_mut();
+    };
+    // SAFETY: we own the claimed header.
+    let (old_size, align_log2) = unsafe { ((*hdr).size(), (*hdr).align_log2()) };
+    let saved = errno();
+    if align_log2 != 0 {
+        // The backend's realloc would not keep the alignment or our lead: move by hand.
+        let new = allocate(size, 0, false);
+        if new.is_null() {
+            unclaim(hdr);
+            return new;
+        }
+        // SAFETY: both blocks hold at least min(old, new) bytes and are distinct.
+        unsafe { core::ptr::copy_nonoverlapping(user, new, old_size.min(size)) };
+        dispose(real, hdr);
+        set_errno(saved);
+        return new;
+    }
+    if size as u64 > SIZE_MASK {
+        unclaim(hdr);
+        return enomem();
+    }
+    let mut frames = [0usize; header::NFRAMES];
+    let recording = options::get().record;
+    if recording {
+        if let Some(_g) = thread::Guard::enter() {
+            unwind::capture(&mut frames);
+        }
+        // SAFETY: claimed, so on its list and ours alone.
+        unsafe { lists::unlink(hdr) };
+    }
+    // SAFETY: hdr is the base of an ordinary block from this backend.
+    let base = unsafe { (real.realloc)(hdr.cast(), size + HEADER_SIZE) };
+    if base.is_null() {
+        // The old block is untouched: put it back as it was.
+        if recording {
+            // SAFETY: still a valid header, now on no list.
+            unsafe { lists::link(hdr) };
+        }
+        unclaim(hdr);
+        return enomem();
+    }
+    // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
+    let new = unsafe { publish(base.cast(), size, 0, Some(&frames)) };
+    set_errno(saved);
+    new
+}
+
+/// Undoes a claim when a realloc fails and the old block stays live.
+fn unclaim(hdr: *mut Header) {
+    // SAFETY: we hold the claim, so no other thread touches this header.
+    unsafe { (*hdr).magic = header::MAGIC_LIVE };
+}

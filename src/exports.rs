@@ -1,0 +1,206 @@
+//! The exported malloc family. Each function is a thin wrapper: argument rules that glibc
+//! documents (overflow checks, alignment rules) and the trace line, over the one internal path in
+//! `engine.rs`.
+
+use crate::diag::{self, Out};
+use crate::engine;
+use libc::{c_int, c_void, size_t};
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; the page size is always available on Linux.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// glibc's `_mid_memalign`: alignments that are not a power of two are rounded up to one (from
+/// 32), absurd ones fail with EINVAL, and small ones are ordinary allocations.
+fn memalign_log2(align: usize) -> Result<u32, c_int> {
+    if align > usize::MAX / 2 + 1 {
+        return Err(libc::EINVAL);
+    }
+    let align = if align.is_power_of_two() {
+        align
+    } else {
+        align.next_power_of_two().max(32)
+    };
+    Ok(if align <= 16 { 0 } else { align.trailing_zeros() })
+}
+
+fn aligned(align: usize, size: usize) -> *mut u8 {
+    match memalign_log2(align) {
+        Ok(log2) => engine::allocate(size, log2, false),
+        Err(e) => {
+            // SAFETY: errno slot of the calling thread.
+            unsafe { *libc::__errno_location() = e };
+            core::ptr::null_mut()
+        }
+    }
+}
+
+fn trace_result(out: Option<Out>, p: *const u8) {
+    if let Some(mut out) = out {
+        out.str(") = ").ptr(p).str("\n").flush();
+    }
+}
+
+fn traced(name: &str, args: &[usize]) -> Option<Out> {
+    let mut out = diag::trace()?;
+    out.str(name).str("(");
+    for (i, &a) in args.iter().enumerate() {
+        if i > 0 {
+            out.str(", ");
+        }
+        out.dec(a as u64);
+    }
+    Some(out)
+}
+
+/// # Safety
+/// The C malloc contract.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    let p = engine::allocate(size, 0, false);
+    trace_result(traced("malloc", &[size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// The C calloc contract.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
+    let p = match nmemb.checked_mul(size) {
+        Some(total) => engine::allocate(total, 0, true),
+        None => {
+            // SAFETY: errno slot of the calling thread.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            core::ptr::null_mut()
+        }
+    };
+    trace_result(traced("calloc", &[nmemb, size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// The C realloc contract: `ptr` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
+    let p = engine::reallocate(ptr.cast(), size);
+    if let Some(mut out) = diag::trace() {
+        out.str("realloc(").ptr(ptr.cast()).str(", ").dec(size as u64);
+        trace_result(Some(out), p);
+    }
+    p.cast()
+}
+
+/// # Safety
+/// The C reallocarray contract.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, nmemb: size_t, size: size_t) -> *mut c_void {
+    match nmemb.checked_mul(size) {
+        // SAFETY: forwarded under the same contract.
+        Some(total) => unsafe { realloc(ptr, total) },
+        None => {
+            // SAFETY: errno slot of the calling thread.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// The C free contract: `ptr` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    engine::release(ptr.cast());
+    if let Some(mut out) = diag::trace() {
+        out.str("free(").ptr(ptr.cast()).str(")\n").flush();
+    }
+}
+
+/// # Safety
+/// The C memalign contract.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    let p = aligned(align, size);
+    trace_result(traced("memalign", &[align, size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// The C11 aligned_alloc contract; glibc 2.36 treats it exactly as memalign.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    let p = aligned(align, size);
+    trace_result(traced("aligned_alloc", &[align, size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// The POSIX contract: `memptr` is writable; it is left untouched on failure.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+    let word = core::mem::size_of::<*mut c_void>();
+    let ret = if align == 0 || !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
+        libc::EINVAL
+    } else {
+        // SAFETY: errno slot of the calling thread; POSIX says posix_memalign leaves it alone.
+        let saved = unsafe { *libc::__errno_location() };
+        let p = aligned(align, size);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved };
+        if p.is_null() {
+            libc::ENOMEM
+        } else {
+            // SAFETY: the caller passes a writable pointer slot.
+            unsafe { *memptr = p.cast() };
+            0
+        }
+    };
+    if let Some(mut out) = traced("posix_memalign", &[align, size]) {
+        // SAFETY: read back only on success, when we wrote it.
+        let p = if ret == 0 {
+            unsafe { *memptr }
+        } else {
+            core::ptr::null_mut()
+        };
+        out.str(") = ")
+            .dec(ret as u64)
+            .str(" (")
+            .ptr(p.cast())
+            .str(")\n")
+            .flush();
+    }
+    ret
+}
+
+/// # Safety
+/// The C valloc contract.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    let p = aligned(page_size(), size);
+    trace_result(traced("valloc", &[size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// The C pvalloc contract: the size is rounded up to whole pages.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    let page = page_size();
+    let p = match size.checked_add(page - 1) {
+        Some(s) => aligned(page, s & !(page - 1)),
+        None => {
+            // SAFETY: errno slot of the calling thread.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            core::ptr::null_mut()
+        }
+    };
+    trace_result(traced("pvalloc", &[size]), p);
+    p.cast()
+}
+
+/// # Safety
+/// `ptr` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> size_t {
+    engine::usable_size(ptr.cast())
+}

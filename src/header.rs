@@ -1,0 +1,143 @@
+//! The 112-byte header that sits in front of every block we hand out.
+//!
+//! The header is the whole per-block cost of the tool, and a debugger reads it out of a core file
+//! with nothing but the layout descriptor, so its shape is fixed and versioned (see `layout.rs`).
+//! All raw pointer arithmetic between the backend's block, the header and the user pointer lives
+//! in this file.
+
+/// Return addresses kept per block.
+pub const NFRAMES: usize = 10;
+/// Bytes in front of every user pointer.
+pub const HEADER_SIZE: usize = 112;
+/// Low bits of `size_word` that hold the requested size; requests above this fail with ENOMEM.
+pub const SIZE_BITS: u32 = 48;
+pub const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+const LIST_SHIFT: u32 = 48;
+const ALIGN_SHIFT: u32 = 56;
+
+/// `magic` of a block that is live and on a list.
+pub const MAGIC_LIVE: u32 = 0xd3e3_a11c;
+/// `magic` of a block that was released; a second free sees this while the backend has not yet
+/// reused the memory.
+pub const MAGIC_FREED: u32 = 0xd3e3_f4ee;
+
+/// The alignment every user pointer has without asking: glibc's `MALLOC_ALIGNMENT` on x86_64 and
+/// aarch64. The header size is a multiple of it, so an ordinary block keeps it.
+pub const BASE_ALIGN: usize = 16;
+
+#[repr(C)]
+pub struct Header {
+    /// Next and previous header on the same list; null ends the list.
+    pub next: *mut Header,
+    pub prev: *mut Header,
+    /// Return addresses of the allocating stack, innermost first, starting at the caller of the
+    /// allocation function; unused slots are zero.
+    pub frames: [usize; NFRAMES],
+    /// Requested size (low 48 bits), list index (bits 48..56) and log2 of the alignment asked
+    /// for (bits 56..64, zero for an ordinary block).
+    pub size_word: u64,
+    /// Kernel thread id of the allocating thread (the LWP gdb shows).
+    pub tid: u32,
+    pub magic: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
+const _: () = assert!(HEADER_SIZE.is_multiple_of(BASE_ALIGN));
+
+impl Header {
+    pub fn size(&self) -> usize {
+        (self.size_word & SIZE_MASK) as usize
+    }
+
+    pub fn list(&self) -> usize {
+        ((self.size_word >> LIST_SHIFT) & 0xff) as usize
+    }
+
+    pub fn align_log2(&self) -> u32 {
+        (self.size_word >> ALIGN_SHIFT) as u32
+    }
+
+    pub fn pack_size_word(size: usize, list: usize, align_log2: u32) -> u64 {
+        (size as u64 & SIZE_MASK) | ((list as u64) << LIST_SHIFT) | ((align_log2 as u64) << ALIGN_SHIFT)
+    }
+}
+
+/// Moves a header from live to freed, atomically, so of two racing frees of one block exactly
+/// one proceeds. On failure says what the header held instead.
+///
+/// # Safety
+/// `hdr` must be readable and writable for HEADER_SIZE bytes and 4-byte aligned.
+pub unsafe fn claim(hdr: *mut Header) -> Result<(), u32> {
+    // SAFETY: the caller guarantees the header is accessible and aligned; AtomicU32 has the same
+    // layout as u32.
+    let magic = unsafe { core::sync::atomic::AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) };
+    magic
+        .compare_exchange(
+            MAGIC_LIVE,
+            MAGIC_FREED,
+            core::sync::atomic::Ordering::AcqRel,
+            core::sync::atomic::Ordering::Acquire,
+        )
+        .map(|_| ())
+}
+
+/// How far the user pointer lies from the start of the backend's block for an alignment of
+/// `1 << align_log2` (0 meaning an ordinary block): the smallest multiple of the alignment that
+/// leaves room for the header.
+pub fn lead_for(align_log2: u32) -> usize {
+    if align_log2 == 0 {
+        HEADER_SIZE
+    } else {
+        let align = 1usize << align_log2;
+        HEADER_SIZE.div_ceil(align) * align
+    }
+}
+
+/// The header in front of a user pointer.
+pub fn from_user(user: *mut u8) -> *mut Header {
+    user.wrapping_sub(HEADER_SIZE).cast()
+}
+
+/// The user pointer behind a header.
+pub fn to_user(hdr: *mut Header) -> *mut u8 {
+    hdr.cast::<u8>().wrapping_add(HEADER_SIZE)
+}
+
+/// The header of a block the backend returned at `base`, for a given alignment.
+pub fn from_base(base: *mut u8, align_log2: u32) -> *mut Header {
+    from_user(base.wrapping_add(lead_for(align_log2)))
+}
+
+/// The backend block that holds a header, which is what the backend's free wants back.
+pub fn base_of(hdr: *mut Header, align_log2: u32) -> *mut u8 {
+    to_user(hdr).wrapping_sub(lead_for(align_log2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lead_keeps_alignment_and_room() {
+        for log2 in 5..20 {
+            let lead = lead_for(log2);
+            assert_eq!(lead % (1 << log2), 0);
+            assert!(lead >= HEADER_SIZE);
+        }
+        assert_eq!(lead_for(0), HEADER_SIZE);
+    }
+
+    #[test]
+    fn size_word_round_trips() {
+        let w = Header::pack_size_word(123_456_789, 63, 12);
+        let h = Header {
+            next: core::ptr::null_mut(),
+            prev: core::ptr::null_mut(),
+            frames: [0; NFRAMES],
+            size_word: w,
+            tid: 1,
+            magic: MAGIC_LIVE,
+        };
+        assert_eq!((h.size(), h.list(), h.align_log2()), (123_456_789, 63, 12));
+    }
+}

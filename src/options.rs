@@ -1,0 +1,191 @@
+//! `DMEM_OPTS`: one table drives the parser, the `help` text and the README's options table.
+//!
+//! Parsing happens once at start-up, before the real allocator is known, so it allocates nothing:
+//! it walks the environment string in place and copies the one string-valued option into a
+//! fixed buffer.
+
+use crate::diag::Out;
+use core::cell::UnsafeCell;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Unwinder {
+    /// The cached CFI unwinder.
+    Fast,
+    /// The `backtrace` crate (the platform's `_Unwind_Backtrace`).
+    Backtrace,
+}
+
+pub const PATH_MAX: usize = 4096;
+
+/// The parsed options. Written once by `parse` before any other thread can exist (from the
+/// library constructor or the first allocation), read-only afterwards.
+pub struct Options {
+    pub trace_stderr: bool,
+    pub trace_file: [u8; PATH_MAX],
+    pub record: bool,
+    pub abort_shutdown: bool,
+    pub ignore_bad_free: bool,
+    pub unwinder: Unwinder,
+}
+
+enum Kind {
+    Flag(fn(&mut Options)),
+    Value(&'static str, fn(&mut Options, &[u8]) -> bool),
+}
+
+struct Spec {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+}
+
+/// The options, in the order `help` and the README list them.
+static TABLE: &[Spec] = &[
+    Spec {
+        name: "trace-stderr",
+        kind: Kind::Flag(|o| o.trace_stderr = true),
+        help: "print one line per call to stderr: malloc(512) = 0x..., free(0x...)",
+    },
+    Spec {
+        name: "trace-file",
+        kind: Kind::Value("PATH", set_trace_file),
+        help: "write the call trace to PATH (created or truncated) instead of stderr",
+    },
+    Spec {
+        name: "log-allocs",
+        kind: Kind::Flag(|o| o.record = true),
+        help: "record the thread and stack of every live block on the lists (the default)",
+    },
+    Spec {
+        name: "no-log-allocs",
+        kind: Kind::Flag(|o| o.record = false),
+        help: "keep headers but record no stacks and keep no lists (lowest overhead)",
+    },
+    Spec {
+        name: "abort-shutdown",
+        kind: Kind::Flag(|o| o.abort_shutdown = true),
+        help:
+            "abort() at normal exit after all other destructors, so the core holds exactly the unfreed blocks",
+    },
+    Spec {
+        name: "ignore-bad-free",
+        kind: Kind::Flag(|o| o.ignore_bad_free = true),
+        help: "report a free of a foreign pointer or a double free, then carry on instead of aborting",
+    },
+    Spec {
+        name: "unwinder",
+        kind: Kind::Value("fast|backtrace", set_unwinder),
+        help: "how stacks are captured: cached CFI unwinder, or the platform unwinder",
+    },
+    Spec {
+        name: "help",
+        kind: Kind::Flag(|_| print_help()),
+        help: "print this table to stderr; the program then runs as usual",
+    },
+];
+
+fn set_trace_file(o: &mut Options, v: &[u8]) -> bool {
+    if v.is_empty() || v.len() >= PATH_MAX {
+        return false;
+    }
+    o.trace_file = [0; PATH_MAX];
+    o.trace_file[..v.len()].copy_from_slice(v);
+    true
+}
+
+fn set_unwinder(o: &mut Options, v: &[u8]) -> bool {
+    o.unwinder = match v {
+        b"fast" => Unwinder::Fast,
+        b"backtrace" => Unwinder::Backtrace,
+        _ => return false,
+    };
+    true
+}
+
+struct Cell(UnsafeCell<Options>);
+// SAFETY: the options are written only by `parse`, which runs once before the library hands out
+// its first tracked block (and so before any thread reads them); afterwards they are read-only.
+unsafe impl Sync for Cell {}
+
+static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
+    trace_stderr: false,
+    trace_file: [0; PATH_MAX],
+    record: true,
+    abort_shutdown: false,
+    ignore_bad_free: false,
+    unwinder: Unwinder::Backtrace,
+}));
+
+pub fn get() -> &'static Options {
+    // SAFETY: see `Cell`: no writer exists once readers can run.
+    unsafe { &*OPTIONS.0.get() }
+}
+
+/// Parses `DMEM_OPTS`. Must run once, single-threaded, before `get` is used.
+pub fn parse() {
+    // SAFETY: getenv returns a NUL-terminated string owned by the environment, or null; nothing
+    // here modifies the environment while we read it.
+    let raw = unsafe { libc::getenv(c"DMEM_OPTS".as_ptr()) };
+    if raw.is_null() {
+        return;
+    }
+    // SAFETY: `raw` is a valid C string (above).
+    let bytes = unsafe { core::ffi::CStr::from_ptr(raw) }.to_bytes();
+    // SAFETY: single-threaded start-up (see `parse`'s contract): no reader exists yet.
+    let opts = unsafe { &mut *OPTIONS.0.get() };
+    for word in bytes.split(|&b| b == b',') {
+        if word.is_empty() {
+            continue;
+        }
+        let (key, value) = match word.iter().position(|&b| b == b'=') {
+            Some(i) => (&word[..i], Some(&word[i + 1..])),
+            None => (word, None),
+        };
+        let spec = TABLE.iter().find(|s| s.name.as_bytes() == key);
+        let ok = match (spec.map(|s| &s.kind), value) {
+            (Some(Kind::Flag(set)), None) => {
+                set(opts);
+                true
+            }
+            (Some(Kind::Value(_, set)), Some(v)) => set(opts, v),
+            _ => false,
+        };
+        if !ok {
+            warn_bad(word);
+        }
+    }
+}
+
+fn warn_bad(word: &[u8]) {
+    let mut out = Out::stderr();
+    out.str("dmem: ignoring unknown or malformed option '")
+        .bytes(word)
+        .str("' in DMEM_OPTS; valid options: ");
+    for (i, s) in TABLE.iter().enumerate() {
+        if i > 0 {
+            out.str(", ");
+        }
+        out.str(s.name);
+        if let Kind::Value(arg, _) = s.kind {
+            out.str("=").str(arg);
+        }
+    }
+    out.str("\n").flush();
+}
+
+fn print_help() {
+    let mut out = Out::stderr();
+    out.str("dmem options (DMEM_OPTS=opt,opt,...):\n").flush();
+    for s in TABLE {
+        out.str("  ").str(s.name);
+        let mut width = s.name.len();
+        if let Kind::Value(arg, _) = s.kind {
+            out.str("=").str(arg);
+            width += 1 + arg.len();
+        }
+        for _ in width..24 {
+            out.str(" ");
+        }
+        out.str(" ").str(s.help).str("\n").flush();
+    }
+}

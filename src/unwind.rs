@@ -1,0 +1,76 @@
+//! Capturing the allocating stack as raw return addresses.
+//!
+//! Only addresses are recorded; names are found later, by gdb from the core or at exit. The
+//! walk starts inside libdmem, so the leading frames that lie in our own text are dropped and the
+//! first recorded address is the return address into the caller of the allocation function.
+
+use crate::header::NFRAMES;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+static OWN_LO: AtomicUsize = AtomicUsize::new(0);
+static OWN_HI: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the address range of libdmem's own loaded segments, found from the address of a
+/// function of ours. Called once at start-up; `dl_iterate_phdr` does not allocate.
+pub fn init_own_range() {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr array has dlpi_phnum
+        // entries, for the duration of this callback; `data` is the address we passed below.
+        unsafe {
+            let probe = *(data as *const usize);
+            let info = &*info;
+            let base = info.dlpi_addr as usize;
+            let (mut lo, mut hi) = (usize::MAX, 0usize);
+            for i in 0..info.dlpi_phnum as usize {
+                let ph = &*info.dlpi_phdr.add(i);
+                if ph.p_type == libc::PT_LOAD {
+                    lo = lo.min(base + ph.p_vaddr as usize);
+                    hi = hi.max(base + (ph.p_vaddr + ph.p_memsz) as usize);
+                }
+            }
+            if probe >= lo && probe < hi {
+                OWN_LO.store(lo, Ordering::Relaxed);
+                OWN_HI.store(hi, Ordering::Relaxed);
+                return 1;
+            }
+            0
+        }
+    }
+    let mut probe = init_own_range as *const () as usize;
+    // SAFETY: `visit` matches the callback type and only reads `probe` through `data`.
+    unsafe {
+        libc::dl_iterate_phdr(Some(visit), (&mut probe as *mut usize).cast());
+    }
+}
+
+/// True when `pc` lies inside libdmem itself.
+pub fn is_own(pc: usize) -> bool {
+    pc >= OWN_LO.load(Ordering::Relaxed) && pc < OWN_HI.load(Ordering::Relaxed)
+}
+
+/// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest. The
+/// caller holds the reentrancy guard, since the unwinder may allocate on first use.
+pub fn capture(out: &mut [usize; NFRAMES]) {
+    *out = [0; NFRAMES];
+    let mut n = 0;
+    // SAFETY: `trace_unsynchronized` is unsafe only because it must not run concurrently with
+    // itself on one thread; the reentrancy guard held by our caller rules that out.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as usize;
+            if n == 0 && is_own(ip) {
+                return true;
+            }
+            if ip == 0 {
+                return false;
+            }
+            out[n] = ip;
+            n += 1;
+            n < NFRAMES
+        });
+    }
+}
