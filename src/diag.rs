@@ -5,6 +5,7 @@
 
 use crate::header::{Header, NFRAMES};
 use crate::{options, thread};
+use core::fmt::Write;
 use core::sync::atomic::{AtomicI32, Ordering};
 
 const BUF: usize = 512;
@@ -166,13 +167,16 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
         }
     }
     if let Some(h) = hdr {
+        // The block went back to the backend with its first free, so symbolising (which
+        // allocates) may reuse it: copy what we need first.
+        let (size, tid, frames) = (h.size(), h.tid, h.frames);
         out.str(" of a ")
-            .dec(h.size() as u64)
+            .dec(size as u64)
             .str("-byte block from thread ")
-            .dec(h.tid as u64)
-            .str(", allocated at");
+            .dec(tid as u64);
+        out.str(", allocated at");
         let _guard = thread::Guard::enter();
-        for &pc in h.frames.iter().take(NFRAMES).take_while(|&&pc| pc != 0) {
+        for &pc in frames.iter().take(NFRAMES).take_while(|&&pc| pc != 0) {
             out.str(" ");
             describe_pc(&mut out, pc);
         }
@@ -190,8 +194,9 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
     }
 }
 
-/// `symbol+0xoff` from the dynamic symbol table when the loader knows one, else the raw address.
-/// dladdr does not allocate, which matters because the heap may be damaged by now.
+/// `function (file:line)` for a return address: the symbol tables and debug info are read with
+/// the `backtrace` crate, falling back to the loader's dynamic symbols, then to the raw address. This
+/// runs only on the way to an abort, so its allocations (on libdmem's own heap) are affordable.
 fn describe_pc(out: &mut Out, pc: usize) {
     let mut info: libc::Dl_info = libc::Dl_info {
         dli_fname: core::ptr::null(),
@@ -202,11 +207,32 @@ fn describe_pc(out: &mut Out, pc: usize) {
     // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the loader's
     // tables, which stay valid while the object is loaded.
     let found = unsafe { libc::dladdr((pc - 1) as *const libc::c_void, &mut info) } != 0;
+    let mut done = false;
+    backtrace::resolve((pc - 1) as *mut libc::c_void, |sym| {
+        if let (false, Some(name)) = (done, sym.name()) {
+            let _ = write!(out, "{name:#}");
+            if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
+                let file = file.file_name().unwrap_or(file.as_os_str());
+                let _ = write!(out, " ({}:{line})", file.to_string_lossy());
+            }
+            done = true;
+        }
+    });
+    if done {
+        return;
+    }
     if found && !info.dli_sname.is_null() {
         // SAFETY: dli_sname is a NUL-terminated string from the loader (see above).
         let name = unsafe { core::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes();
         out.bytes(name).str("+").hex(pc - info.dli_saddr as usize);
     } else {
         out.hex(pc);
+    }
+}
+
+impl Write for Out {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.str(s);
+        Ok(())
     }
 }
