@@ -101,6 +101,12 @@ impl Out {
     }
 }
 
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// Where trace lines go: -1 while tracing is off.
 static TRACE_FD: AtomicI32 = AtomicI32::new(-1);
 

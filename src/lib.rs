@@ -8,18 +8,22 @@ mod diag;
 mod engine;
 mod header;
 mod layout;
-mod lifecycle;
 mod lists;
 mod options;
+mod reach;
 mod thread;
 mod unwind;
 
-// A unit-test binary must not replace its own allocator: the exports and the global heap exist
-// only in the shared library.
+// A unit-test binary must not replace its own allocator or run our constructor: the exports, the
+// global heap and the process hooks exist only in the shared library.
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]
 mod heap;
+#[cfg(not(test))]
+mod lifecycle;
+#[cfg(not(test))]
+mod report;
 
 #[cfg(not(test))]
 #[global_allocator]

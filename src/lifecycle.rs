@@ -1,10 +1,10 @@
 //! Process lifecycle: the library constructor, fork, and what happens at exit.
 
-use crate::{bootstrap, lists, options, thread};
+use crate::{bootstrap, lists, options, report, thread};
 use libc::c_void;
 
 extern "C" {
-    fn __cxa_atexit(func: extern "C" fn(*mut c_void), arg: *mut c_void, dso: *mut c_void) -> libc::c_int;
+    fn on_exit(func: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> libc::c_int;
 }
 
 /// Runs when the loader initialises libdmem: early, since a preloaded library comes before the
@@ -19,13 +19,15 @@ extern "C" fn constructor() {
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
     }
-    if options::get().abort_shutdown {
-        // Registered with no DSO handle, so it is not run early by our own __cxa_finalize, and
-        // registered before __libc_start_main registers the loader's destructor runner: exit
-        // handlers run last-in first-out, so this one runs after every ELF destructor and every
-        // handler the program registered.
-        // SAFETY: `at_exit` has the signature __cxa_atexit expects and ignores its argument.
-        unsafe { __cxa_atexit(at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
+    let o = options::get();
+    if o.abort_shutdown || o.leak_report {
+        // on_exit handlers carry no DSO handle, so ours is not run early by our own
+        // __cxa_finalize, and this one is registered before __libc_start_main registers the
+        // loader's destructor runner: exit handlers run last-in first-out, so it runs after
+        // every ELF destructor and every handler the program registered. on_exit, unlike
+        // atexit, also hands us the exit status.
+        // SAFETY: `at_exit` has the signature on_exit expects and ignores its argument.
+        unsafe { on_exit(at_exit, core::ptr::null_mut()) };
     }
 }
 
@@ -46,12 +48,40 @@ extern "C" fn after_fork_child() {
     thread::reset_tid();
 }
 
-extern "C" fn at_exit(_: *mut c_void) {
-    // stdio has not been flushed yet at this point of exit; do it so the program's output is not
-    // lost, then abort so the kernel writes a core holding exactly the blocks never freed.
-    // SAFETY: fflush(NULL) flushes every stream and allocates nothing; abort never returns.
+extern "C" fn at_exit(status: libc::c_int, _: *mut c_void) {
+    let o = options::get();
+    // stdio is flushed only after the exit handlers; do it now so no output is lost whatever
+    // follows.
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(core::ptr::null_mut()) };
+    if o.freeres {
+        free_libc_buffers();
+    }
+    let mut code = status;
+    if o.leak_report && report::leak_report() > 0 {
+        code = o.leak_exitcode.unwrap_or(status);
+    }
+    if o.abort_shutdown {
+        // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
+        // never freed.
+        unsafe { libc::abort() };
+    }
+    // After __libc_freeres, libc's streams must not be touched again, so end the process here
+    // rather than returning into the rest of exit(); ours is the last handler that matters.
+    // SAFETY: _exit ends the process at once.
+    unsafe { libc::_exit(code) };
+}
+
+/// glibc's own caches (stdio buffers, locale data) are never freed otherwise; valgrind and
+/// LeakSanitizer call this too so that they do not show up as the program's memory.
+fn free_libc_buffers() {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; the symbol, when present, is
+    // glibc's `void __libc_freeres(void)`.
     unsafe {
-        libc::fflush(core::ptr::null_mut());
-        libc::abort();
+        let f = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_freeres".as_ptr());
+        if !f.is_null() {
+            let f: extern "C" fn() = core::mem::transmute::<*mut c_void, extern "C" fn()>(f);
+            f();
+        }
     }
 }

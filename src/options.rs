@@ -26,6 +26,11 @@ pub struct Options {
     pub abort_shutdown: bool,
     pub ignore_bad_free: bool,
     pub unwinder: Unwinder,
+    pub leak_report: bool,
+    pub report_file: [u8; PATH_MAX],
+    /// Exit status to use when the leak report finds leaks; None keeps the program's.
+    pub leak_exitcode: Option<i32>,
+    pub freeres: bool,
 }
 
 enum Kind {
@@ -48,7 +53,7 @@ static TABLE: &[Spec] = &[
     },
     Spec {
         name: "trace-file",
-        kind: Kind::Value("PATH", set_trace_file),
+        kind: Kind::Value("PATH", |o, v| set_path(&mut o.trace_file, v)),
         help: "write the call trace to PATH (created or truncated) instead of stderr",
     },
     Spec {
@@ -68,6 +73,26 @@ static TABLE: &[Spec] = &[
             "abort() at normal exit after all other destructors, so the core holds exactly the unfreed blocks",
     },
     Spec {
+        name: "leak-report",
+        kind: Kind::Flag(|o| o.leak_report = true),
+        help: "at normal exit, find unreachable blocks and print them grouped by stack (direct/indirect)",
+    },
+    Spec {
+        name: "report-file",
+        kind: Kind::Value("PATH", |o, v| set_path(&mut o.report_file, v)),
+        help: "write the leak report to PATH (created or truncated) instead of stderr",
+    },
+    Spec {
+        name: "leak-exitcode",
+        kind: Kind::Value("N", set_exitcode),
+        help: "exit with status N (0-255) when the leak report finds leaks, to fail a CI job",
+    },
+    Spec {
+        name: "no-freeres",
+        kind: Kind::Flag(|o| o.freeres = false),
+        help: "at exit, do not call __libc_freeres to drop libc's own buffers before the report or abort",
+    },
+    Spec {
         name: "ignore-bad-free",
         kind: Kind::Flag(|o| o.ignore_bad_free = true),
         help: "report a free of a foreign pointer or a double free, then carry on instead of aborting",
@@ -84,13 +109,20 @@ static TABLE: &[Spec] = &[
     },
 ];
 
-fn set_trace_file(o: &mut Options, v: &[u8]) -> bool {
-    if v.is_empty() || v.len() >= PATH_MAX {
+/// Stores a path NUL-terminated, for open(2).
+fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> bool {
+    if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
         return false;
     }
-    o.trace_file = [0; PATH_MAX];
-    o.trace_file[..v.len()].copy_from_slice(v);
+    *dst = [0; PATH_MAX];
+    dst[..v.len()].copy_from_slice(v);
     true
+}
+
+fn set_exitcode(o: &mut Options, v: &[u8]) -> bool {
+    let parsed = core::str::from_utf8(v).ok().and_then(|s| s.parse::<u8>().ok());
+    o.leak_exitcode = parsed.map(i32::from);
+    parsed.is_some()
 }
 
 fn set_unwinder(o: &mut Options, v: &[u8]) -> bool {
@@ -114,6 +146,10 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     abort_shutdown: false,
     ignore_bad_free: false,
     unwinder: Unwinder::Backtrace,
+    leak_report: false,
+    report_file: [0; PATH_MAX],
+    leak_exitcode: None,
+    freeres: true,
 }));
 
 pub fn get() -> &'static Options {
