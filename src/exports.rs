@@ -14,6 +14,9 @@ fn page_size() -> usize {
 /// glibc's `_mid_memalign`: alignments that are not a power of two are rounded up to one (from
 /// 32), absurd ones fail with EINVAL, and small ones are ordinary allocations.
 fn memalign_log2(align: usize) -> Result<u32, c_int> {
+    if align <= 16 {
+        return Ok(0);
+    }
     if align > usize::MAX / 2 + 1 {
         return Err(libc::EINVAL);
     }
@@ -22,7 +25,7 @@ fn memalign_log2(align: usize) -> Result<u32, c_int> {
     } else {
         align.next_power_of_two().max(32)
     };
-    Ok(if align <= 16 { 0 } else { align.trailing_zeros() })
+    Ok(align.trailing_zeros())
 }
 
 fn aligned(align: usize, size: usize) -> *mut u8 {
