@@ -167,16 +167,17 @@ pub fn leak_report() -> usize {
     let mut out = open_output();
     let _ = writeln!(
         out,
-        "dmem: {} leaked blocks ({direct} direct, {indirect} indirect), {bytes} bytes; \
-         {reachable} blocks ({reachable_bytes} bytes) still reachable",
-        direct + indirect
+        "dmem: {} leaked ({direct} direct, {indirect} indirect), {bytes} bytes; {} ({reachable_bytes} bytes) \
+         still reachable",
+        blocks(direct + indirect),
+        blocks(reachable)
     );
     for (frames, g) in &groups {
         let _ = writeln!(
             out,
-            "\n{} bytes in {} blocks ({} direct, {} indirect), e.g. {:#x}, allocated at:",
+            "\n{} bytes in {} ({} direct, {} indirect), e.g. {:#x}, allocated at:",
             g.bytes,
-            g.direct + g.indirect,
+            blocks(g.direct + g.indirect),
             g.direct,
             g.indirect,
             g.example
@@ -189,6 +190,10 @@ pub fn leak_report() -> usize {
     }
     out.flush();
     direct + indirect
+}
+
+fn blocks(n: usize) -> String {
+    format!("{n} block{}", if n == 1 { "" } else { "s" })
 }
 
 fn describe(out: &mut Out, pc: usize) {
