@@ -81,6 +81,13 @@ pub fn allocate(size: usize, align_log2: u32, zeroed: bool) -> *mut u8 {
             }
         } else {
             let mut p = core::ptr::null_mut();
+            // mimalloc 2.0 misaligns posix_memalign(a, a) for a of 256 to 1024; asking for a
+            // little more than the alignment avoids that size, at no cost elsewhere.
+            let total = if total == 1 << align_log2 {
+                total + BASE_ALIGN
+            } else {
+                total
+            };
             if (real.posix_memalign)(&mut p, 1 << align_log2, total) != 0 {
                 p = core::ptr::null_mut();
             } else if zeroed {
@@ -205,6 +212,8 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
     let Some(real) = bootstrap::real() else {
         return core::ptr::null_mut();
     };
+    // What an aligned block (moved by hand below) must keep is measured while it is still live.
+    let usable = usable_size(user);
     let Some(hdr) = claim("realloc", user) else {
         return core::ptr::null_mut();
     };
@@ -218,8 +227,10 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
             unclaim(hdr);
             return new;
         }
-        // SAFETY: both blocks hold at least min(old, new) bytes and are distinct.
-        unsafe { core::ptr::copy_nonoverlapping(user, new, old_size.min(size)) };
+        // glibc keeps what was written up to malloc_usable_size, not just the requested size.
+        let keep = usable.max(old_size).min(size);
+        // SAFETY: the old block holds `usable_size` bytes, the new one `size`; they are distinct.
+        unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
         dispose(real, hdr);
         set_errno(saved);
         return new;

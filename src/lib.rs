@@ -6,6 +6,8 @@
 mod bootstrap;
 mod diag;
 mod engine;
+#[cfg(target_arch = "x86_64")]
+mod fastunwind;
 mod header;
 mod layout;
 mod lists;
@@ -16,6 +18,10 @@ mod unwind;
 
 // A unit-test binary must not replace its own allocator or run our constructor: the exports, the
 // global heap and the process hooks exist only in the shared library.
+#[cfg(not(test))]
+mod cxx;
+#[cfg(all(not(test), target_arch = "x86_64"))]
+mod dlhooks;
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]

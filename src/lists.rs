@@ -7,8 +7,7 @@
 
 use crate::header::Header;
 use core::cell::UnsafeCell;
-use parking_lot::lock_api::RawMutex as _;
-use parking_lot::RawMutex;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 pub const NLISTS: usize = 64;
 
@@ -39,6 +38,69 @@ const EMPTY: List = List {
 };
 
 pub static LISTS: [List; NLISTS] = [EMPTY; NLISTS];
+
+/// A futex mutex (unlocked, locked, locked with waiters). It is written here rather than taken
+/// from a crate because it must never allocate: parking_lot's slow path creates per-thread data
+/// and registers a TLS destructor, which calls calloc, which would re-enter this very lock (the
+/// fork handler's `lock_all` deadlocked on itself that way).
+pub struct RawMutex(AtomicU32);
+
+impl RawMutex {
+    // Used only to build the static list array, where each use is a fresh mutex.
+    #[allow(clippy::declare_interior_mutable_const)]
+    pub const INIT: RawMutex = RawMutex(AtomicU32::new(0));
+
+    pub fn lock(&self) {
+        if self
+            .0
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        // Hold times are a few stores, so spin briefly before sleeping.
+        for _ in 0..100 {
+            core::hint::spin_loop();
+            if self.0.load(Ordering::Relaxed) == 0
+                && self
+                    .0
+                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+        while self.0.swap(2, Ordering::Acquire) != 0 {
+            // SAFETY: FUTEX_WAIT on a word we own, with no timeout; it returns when woken or
+            // when the word no longer holds 2.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.0.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    2,
+                    0usize,
+                );
+            }
+        }
+    }
+
+    /// # Safety
+    /// The caller holds the lock (taken on any thread: `lock_all` and `unlock_all` straddle fork).
+    pub unsafe fn unlock(&self) {
+        if self.0.swap(0, Ordering::Release) == 2 {
+            // SAFETY: FUTEX_WAKE on our own word wakes at most one waiter.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.0.as_ptr(),
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    1,
+                )
+            };
+        }
+    }
+}
 
 /// Holds a list's lock for a scope.
 struct Locked<'a>(&'a List);

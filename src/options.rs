@@ -145,7 +145,7 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     record: true,
     abort_shutdown: false,
     ignore_bad_free: false,
-    unwinder: Unwinder::Backtrace,
+    unwinder: Unwinder::Fast,
     leak_report: false,
     report_file: [0; PATH_MAX],
     leak_exitcode: None,

@@ -125,7 +125,9 @@ fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
     }
 }
 
-/// Runs the report and returns how many blocks leaked.
+/// Runs the report and returns how many blocks leaked. Never inlined: its locals (block
+/// addresses) must die with its frame, below the stack that `abort-shutdown` scrubs.
+#[inline(never)]
 pub fn leak_report() -> usize {
     let _guard = thread::Guard::enter();
     let roots = roots();

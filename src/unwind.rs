@@ -3,8 +3,16 @@
 //! Only addresses are recorded; names are found later, by gdb from the core or at exit. The
 //! walk starts inside libdmem, so the leading frames that lie in our own text are dropped and the
 //! first recorded address is the return address into the caller of the allocation function.
+//!
+//! Two unwinders, chosen with `unwinder=`: `fast`, the cached walker over the unwind tables in
+//! `fastunwind.rs`, and `backtrace`, the platform's `_Unwind_Backtrace`, which gives the same
+//! frames at many times the cost and remains the fallback where the fast one cannot go.
 
+#[cfg(target_arch = "x86_64")]
+use crate::fastunwind;
 use crate::header::NFRAMES;
+#[cfg(target_arch = "x86_64")]
+use crate::options::Unwinder;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 static OWN_LO: AtomicUsize = AtomicUsize::new(0);
@@ -53,9 +61,20 @@ pub fn is_own(pc: usize) -> bool {
 }
 
 /// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest. The
-/// caller holds the reentrancy guard, since the unwinder may allocate on first use.
+/// caller holds the reentrancy guard, since either unwinder may allocate on first use.
 pub fn capture(out: &mut [usize; NFRAMES]) {
     *out = [0; NFRAMES];
+    // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
+    #[cfg(target_arch = "x86_64")]
+    if crate::options::get().unwinder == Unwinder::Fast && fastunwind::capture(out, is_own) {
+        return;
+    }
+    capture_backtrace(out);
+}
+
+/// The platform unwinder (`_Unwind_Backtrace`, through the `backtrace` crate): selectable with
+/// `unwinder=backtrace`, and the fallback when a walk starts off the thread's own stack.
+fn capture_backtrace(out: &mut [usize; NFRAMES]) {
     let mut n = 0;
     // SAFETY: `trace_unsynchronized` is unsafe only because it must not run concurrently with
     // itself on one thread; the reentrancy guard held by our caller rules that out.

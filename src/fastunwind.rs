@@ -1,0 +1,1079 @@
+//! A stack walker for the allocation hot path that needs no frame pointers (x86_64).
+//!
+//! Debian's libc, libstdc++ and most distribution libraries are built without frame pointers, so
+//! following %rbp loses the caller of `operator new` and everything above it. The unwind tables
+//! every x86_64 object carries for C++ exceptions (`.eh_frame`, indexed by `.eh_frame_hdr`) say,
+//! for each instruction, where the caller's stack pointer (the CFA), the return address and the
+//! saved %rbp are. `_Unwind_Backtrace` searches and interprets those tables again for every frame
+//! of every stack, which costs microseconds per allocation.
+//!
+//! Here they are interpreted once per return address. The result is a compact rule, such as "CFA
+//! is %rsp + 24, the return address is at CFA - 8, %rbp is unchanged", kept in a process-wide
+//! cache indexed by a hash of the address, and in front of it, per thread, the rules of the
+//! previous walk by depth and a small memo. A walk is then one load of a rule and one or two
+//! loads from the stack per frame. Each of those loads waits for the one before, so each thread
+//! also keeps the shapes of its recent walks (see `Shape`): when the stack above the starting
+//! point is found to be the same as before, which a few loads that do not wait for each other
+//! can tell, the recorded frames are reused without walking.
+//!
+//! What the hot path relies on:
+//! - No lock. Threads read and fill the cache with plain atomic loads and stores. A slot holds
+//!   the key xor-ed with the rule, next to the rule, so a slot torn by two racing writers fails
+//!   the key check instead of yielding a wrong rule. Slots are written only on a miss, so after
+//!   warm-up every thread only reads them and the cache lines stay shared.
+//! - No allocation and no syscall per call. A miss finds the object that holds the address with
+//!   glibc's lock-free `_dl_find_object` and parses its tables in place with gimli, using storage
+//!   on the stack. The first walk on a thread asks for the thread's stack bounds once.
+//! - Never a crash on a bad rule. Every stack read is bounded to the current thread's stack above
+//!   the point where the walk started, and each frame's CFA must lie above the previous one, so
+//!   a wrong rule ends the stack early at worst. A frame the rules cannot express (a signal
+//!   frame, hand-written assembly with exotic CFI) ends the stack too.
+//! - Objects loaded by dlopen need nothing: an address not yet in the cache is looked up afresh,
+//!   and addresses that lie in no object are never cached. Unloading is what can make a cached
+//!   rule wrong, when another object is later mapped at the same address; `invalidate` (called
+//!   after every dlclose) bumps a generation that is part of every key.
+
+use crate::header::NFRAMES;
+use core::arch::asm;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Pointer, ReaderOffset, Register, RegisterRule,
+    UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
+};
+
+/// log2 of the number of cache slots. 16Ki slots of 16 bytes: 256 KiB of zeroed memory of which
+/// only the pages that hold used slots ever become resident; a large program's hot allocation
+/// paths touch a few thousand distinct return addresses.
+const CACHE_BITS: u32 = 14;
+const CACHE_SLOTS: usize = 1 << CACHE_BITS;
+
+/// Frames walked at most, libdmem's own included, so a cyclic or corrupt stack ends.
+const MAX_STEPS: usize = NFRAMES + OWN_SLOTS;
+
+/// Slots of a thread's `prev` for libdmem's own frames, which lie between the walk's start and
+/// the allocation function's caller (three or four of them).
+const OWN_SLOTS: usize = 8;
+
+/// One cache slot: `check` is the key xor the rule. An empty slot has rule 0, which no valid rule
+/// encodes to.
+struct Slot {
+    check: AtomicU64,
+    rule: AtomicU64,
+}
+
+static CACHE: [Slot; CACHE_SLOTS] = [const {
+    Slot {
+        check: AtomicU64::new(0),
+        rule: AtomicU64::new(0),
+    }
+}; CACHE_SLOTS];
+
+/// Bumped after each dlclose; its low 16 bits go into every key.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// How to get from one frame's registers to its caller's, packed in one nonzero word:
+/// bits 0..2 say where the CFA comes from, bits 2..4 how to restore %rbp, bit 4 marks the end of
+/// the stack, bits 8..16 hold the return address offset from the CFA in words, bits 16..32 the
+/// %rbp offset and bits 32..64 the CFA offset.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Rule(u64);
+
+const CFA_RSP: u64 = 1;
+const CFA_RBP: u64 = 2;
+/// CFA = *(%rbp + offset): the frame of a function that realigns its stack (GCC's DRAP).
+const CFA_DEREF_RBP: u64 = 3;
+const BP_SAME: u64 = 0;
+/// The caller's %rbp was saved at CFA + offset.
+const BP_AT_CFA: u64 = 1;
+/// The caller's %rbp was saved at %rbp + offset (a realigning function's prologue).
+const BP_AT_RBP: u64 = 2;
+/// The caller's %rbp is unknown; a later rule based on it fails the bounds check.
+const BP_LOST: u64 = 3;
+const END_BIT: u64 = 1 << 4;
+
+impl Rule {
+    const END: Rule = Rule(END_BIT);
+
+    fn new(cfa_base: u64, cfa_off: i64, bp_kind: u64, bp_off: i64, ra_off: i64) -> Option<Rule> {
+        let cfa_off = i32::try_from(cfa_off).ok()?;
+        let bp_off = i16::try_from(bp_off).ok()?;
+        if ra_off % 8 != 0 {
+            return None;
+        }
+        let ra_words = i8::try_from(ra_off / 8).ok()?;
+        Some(Rule(
+            cfa_base
+                | bp_kind << 2
+                | u64::from(ra_words as u8) << 8
+                | u64::from(bp_off as u16) << 16
+                | u64::from(cfa_off as u32) << 32,
+        ))
+    }
+
+    fn is_end(self) -> bool {
+        self.0 & END_BIT != 0
+    }
+    fn cfa_base(self) -> u64 {
+        self.0 & 3
+    }
+    fn bp_kind(self) -> u64 {
+        (self.0 >> 2) & 3
+    }
+    fn ra_off(self) -> isize {
+        (self.0 >> 8) as u8 as i8 as isize * 8
+    }
+    fn bp_off(self) -> isize {
+        (self.0 >> 16) as u16 as i16 as isize
+    }
+    fn cfa_off(self) -> isize {
+        (self.0 >> 32) as u32 as i32 as isize
+    }
+}
+
+fn slot(pc: usize) -> &'static Slot {
+    let h = (pc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - CACHE_BITS);
+    &CACHE[h as usize]
+}
+
+/// User-space addresses on x86_64 fit in 47 bits, which leaves the top bits for the generation.
+fn key(pc: usize, generation: u64) -> u64 {
+    pc as u64 ^ (generation << 48)
+}
+
+#[inline(always)]
+fn cached(pc: usize, generation: u64) -> Option<Rule> {
+    let s = slot(pc);
+    let rule = s.rule.load(Ordering::Relaxed);
+    let check = s.check.load(Ordering::Relaxed);
+    (rule != 0 && check ^ rule == key(pc, generation)).then_some(Rule(rule))
+}
+
+fn remember(pc: usize, generation: u64, rule: Rule) {
+    let s = slot(pc);
+    s.check.store(key(pc, generation) ^ rule.0, Ordering::Relaxed);
+    s.rule.store(rule.0, Ordering::Relaxed);
+}
+
+/// Forgets every cached rule: called after an object was unloaded, since another may be mapped
+/// at its addresses. The slots themselves are cleared only when the 16-bit generation in the keys
+/// wraps; until then the new generation alone makes old slots miss.
+pub fn invalidate() {
+    let g = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    if g & 0xffff == 0 {
+        for s in CACHE.iter() {
+            s.rule.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// log2 of the slots in each thread's own memo of rules, which sits in front of the shared cache.
+const MEMO_BITS: u32 = 6;
+const MEMO_SLOTS: usize = 1 << MEMO_BITS;
+
+/// What a thread keeps for its walks, in one thread-local so a walk pays for one thread-local
+/// access (a call to `__tls_get_addr` in a shared library).
+struct Local {
+    /// The thread's stack, [lo, hi); hi is 0 until asked, and lo == hi == 1 when the bounds
+    /// cannot be had.
+    lo: usize,
+    hi: usize,
+    /// The generation the memo, `prev` and the shapes were filled in.
+    generation: u64,
+    /// (address, rule) pairs this thread used lately, in a table small enough to stay in the
+    /// core's first-level cache; the shared cache's slots are often evicted between two
+    /// allocations.
+    memo: [(usize, u64); MEMO_SLOTS],
+    /// The (address, rule) pairs of the previous walk, by depth (see `walk`). Consecutive
+    /// allocations often come from stacks that share frames (a loop, an interpreter's evaluation
+    /// loop), and a slot found by depth needs no hash.
+    prev: [(usize, u64); MAX_STEPS],
+    /// Shapes of recent walks, by a hash of the stack pointer they started from.
+    shapes: [Shape; SHAPES],
+}
+
+/// log2 of the shapes a thread keeps.
+const SHAPE_BITS: u32 = 3;
+const SHAPES: usize = 1 << SHAPE_BITS;
+
+/// Words a shape checks at most: a return address per step and, for frames found through
+/// %rbp, the word %rbp was restored from.
+const CHECKS: usize = 2 * MAX_STEPS;
+
+/// Marks a check of a word that holds a stack address, compared relative to the walk's start.
+const RELATIVE: u16 = 1 << 15;
+
+/// What a walk depended on, relative to the stack pointer it started from, so that a later walk
+/// from the same code can find the same stack by checking those words, all at once, instead of
+/// one dependent load after another.
+///
+/// A walk is a function of the words it reads: each return address selects the next rule, and
+/// the rules say where to read next, from the CFA, itself %rsp or %rbp plus an offset. Words
+/// that are return addresses must be equal. Values of %rbp that a rule used as a base are stack
+/// addresses: what must be equal is their distance from the starting stack pointer, so the same
+/// stack found at another depth still matches. Other values of %rbp (a general register in code
+/// without frame pointers) decide nothing and are not checked. A walk that ended on a failed
+/// step is not kept, since where the stack ends is not relative.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Checks; 0 for no shape.
+    len: usize,
+    /// Offsets from the starting stack pointer of the words to check, with `RELATIVE` set for
+    /// stack addresses.
+    at: [u16; CHECKS],
+    want: [usize; CHECKS],
+    /// When some rule used the %rbp the walk started with: its required distance from %rsp.
+    bp0: Option<usize>,
+    /// The highest CFA, relative: it must still lie on the stack.
+    top: usize,
+    /// The frames recorded.
+    n: usize,
+    frames: [usize; NFRAMES],
+}
+
+const NO_SHAPE: Shape = Shape {
+    len: 0,
+    at: [0; CHECKS],
+    want: [0; CHECKS],
+    bp0: None,
+    top: 0,
+    n: 0,
+    frames: [0; NFRAMES],
+};
+
+/// A shape being recorded by a walk.
+struct Recorder<'a> {
+    /// Filled in place, so a walk that is not kept costs no copy.
+    shape: &'a mut Shape,
+    /// False once the walk depends on something a shape cannot express.
+    ok: bool,
+    /// Where the current %rbp was loaded from; None while it is the register the walk started
+    /// with.
+    bp_from: Option<usize>,
+    /// Whether the current %rbp is already checked (or needs no check).
+    bp_checked: bool,
+}
+
+impl Recorder<'_> {
+    fn push(&mut self, addr: usize, sp0: usize, value: usize, relative: bool) {
+        let off = addr.wrapping_sub(sp0);
+        if off >= usize::from(RELATIVE) || self.shape.len == CHECKS {
+            self.ok = false;
+            return;
+        }
+        let k = self.shape.len;
+        self.shape.at[k] = off as u16 | if relative { RELATIVE } else { 0 };
+        self.shape.want[k] = if relative { value.wrapping_sub(sp0) } else { value };
+        self.shape.len += 1;
+    }
+
+    /// Notes that a rule used the current %rbp as a base.
+    fn uses_bp(&mut self, bp: usize, sp0: usize) {
+        if self.bp_checked {
+            return;
+        }
+        self.bp_checked = true;
+        match self.bp_from {
+            None => self.shape.bp0 = Some(bp.wrapping_sub(sp0)),
+            Some(addr) => self.push(addr, sp0, bp, true),
+        }
+    }
+}
+
+// Every thread carries this in its static TLS block, which glibc places at the top of the
+// thread's stack: keep it small.
+const _: () = assert!(core::mem::size_of::<Local>() <= 6 * 1024);
+
+thread_local! {
+    static LOCAL: core::cell::UnsafeCell<Local> = const {
+        core::cell::UnsafeCell::new(Local {
+            lo: 0,
+            hi: 0,
+            generation: 0,
+            memo: [(0, 0); MEMO_SLOTS],
+            prev: [(0, 0); MAX_STEPS],
+            shapes: [NO_SHAPE; SHAPES],
+        })
+    };
+}
+
+/// The top of the calling thread's stack if `sp` lies on it. None when the walk starts elsewhere
+/// (a signal handler on an alternate stack, a coroutine's own stack): the walk cannot be bounded
+/// and the caller falls back to the platform unwinder.
+#[inline(always)]
+fn stack_top(local: &mut Local, sp: usize) -> Option<usize> {
+    if sp >= local.lo && sp < local.hi {
+        return Some(local.hi);
+    }
+    if local.hi != 0 {
+        return None;
+    }
+    (local.lo, local.hi) = query_stack();
+    (sp >= local.lo && sp < local.hi).then_some(local.hi)
+}
+
+/// Asks glibc for the calling thread's stack, once per thread. This may allocate (and, for the
+/// main thread, read /proc/self/maps); the caller holds the reentrancy guard, so those calls take
+/// the untracked path. errno is left as it was.
+#[cold]
+#[inline(never)]
+fn query_stack() -> (usize, usize) {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    let saved = unsafe { *libc::__errno_location() };
+    let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let mut bounds = (1, 1);
+    // SAFETY: pthread_getattr_np initialises `attr` when it returns 0, and only then is it read
+    // and destroyed; `addr` and `size` are plain out-parameters.
+    unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) == 0 {
+            let mut addr = core::ptr::null_mut();
+            let mut size = 0;
+            if libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size) == 0 && !addr.is_null() {
+                bounds = (addr as usize, addr as usize + size);
+            }
+            libc::pthread_attr_destroy(attr.as_mut_ptr());
+        }
+        *libc::__errno_location() = saved;
+    }
+    bounds
+}
+
+/// The registers a walk carries from frame to frame.
+struct Regs {
+    pc: usize,
+    sp: usize,
+    bp: usize,
+}
+
+/// One step's result: the caller's registers and where their values were read.
+struct Step {
+    regs: Regs,
+    ra_at: usize,
+    /// Where %rbp was restored from, if it was.
+    bp_at: Option<usize>,
+    /// Where the CFA was loaded from, for `CFA_DEREF_RBP`.
+    cfa_at: Option<usize>,
+}
+
+/// The part of the thread's stack a walk may read: from where the walk started up to the top.
+struct Bounds {
+    lo: usize,
+    hi: usize,
+}
+
+impl Bounds {
+    #[inline(always)]
+    fn read(&self, addr: usize) -> Option<usize> {
+        if addr >= self.lo && addr <= self.hi - 8 {
+            // SAFETY: [lo, hi) lies within the calling thread's own mapped stack, whose bounds
+            // glibc reported, and lo is at or above this function's own stack pointer, so the
+            // word is mapped, readable and not concurrently unmapped.
+            Some(unsafe { (addr as *const usize).read_unaligned() })
+        } else {
+            None
+        }
+    }
+}
+
+/// Applies one rule: the caller's registers, or None when the rule leads off the stack.
+#[inline(always)]
+fn step(rule: Rule, r: &Regs, b: &Bounds) -> Option<Step> {
+    // Written to compile to conditional moves rather than jumps on the rule's kinds: which kinds
+    // a frame has varies from frame to frame, so such jumps are often mispredicted.
+    let base = if rule.cfa_base() == CFA_RSP { r.sp } else { r.bp };
+    let mut cfa = base.wrapping_add_signed(rule.cfa_off());
+    let mut cfa_at = None;
+    if rule.cfa_base() == CFA_DEREF_RBP {
+        cfa_at = Some(cfa);
+        cfa = b.read(cfa)?;
+    }
+    // The caller's frame lies strictly above ours: this also guarantees the walk ends.
+    if cfa <= r.sp || cfa > b.hi {
+        return None;
+    }
+    let ra_at = cfa.wrapping_add_signed(rule.ra_off());
+    let pc = b.read(ra_at)?;
+    // Where the caller's %rbp was saved; when it was not, a word known to be readable (the
+    // return address) is read instead and its value not used.
+    let kind = rule.bp_kind();
+    let bp_base = if kind == BP_AT_RBP { r.bp } else { cfa };
+    let restored = kind == BP_AT_CFA || kind == BP_AT_RBP;
+    let saved_at = if restored {
+        bp_base.wrapping_add_signed(rule.bp_off())
+    } else {
+        ra_at
+    };
+    let saved = b.read(saved_at)?;
+    let bp = match kind {
+        BP_SAME => r.bp,
+        BP_LOST => 0,
+        _ => saved,
+    };
+    Some(Step {
+        regs: Regs { pc, sp: cfa, bp },
+        ra_at,
+        bp_at: restored.then_some(saved_at),
+        cfa_at,
+    })
+}
+
+/// Fills `out` with return addresses, innermost first, skipping the leading ones for which
+/// `skip` is true (libdmem's own frames). Entries past the last frame found are left alone.
+/// Returns false, having written nothing, when the walk cannot be bounded to this thread's stack;
+/// the caller then uses another unwinder.
+#[inline(never)]
+pub fn capture(out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+    let (pc, sp, bp): (usize, usize, usize);
+    // SAFETY: copies three registers into outputs and touches neither memory nor the stack. The
+    // three values describe one instant: the program counter is that of the instruction after
+    // the `lea`, inside this same block, for which the unwind tables give this frame's CFA in
+    // terms of the %rsp read here.
+    unsafe {
+        asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    LOCAL.with(|cell| {
+        // SAFETY: only `capture` touches LOCAL, and it is never re-entered on one thread: its
+        // caller holds the reentrancy guard, and a nested allocation takes the untracked path.
+        let local = unsafe { &mut *cell.get() };
+        walk(local, Regs { pc, sp, bp }, out, skip)
+    })
+}
+
+#[inline(always)]
+fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+    let Some(hi) = stack_top(local, regs.sp) else {
+        return false;
+    };
+    let bounds = Bounds { lo: regs.sp, hi };
+    let generation = GENERATION.load(Ordering::Relaxed);
+    if local.generation != generation {
+        local.memo = [(0, 0); MEMO_SLOTS];
+        local.prev = [(0, 0); MAX_STEPS];
+        for shape in local.shapes.iter_mut() {
+            shape.len = 0;
+        }
+        local.generation = generation;
+    }
+    let sp0 = regs.sp;
+    let which = ((sp0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHAPE_BITS)) as usize;
+    if replay(&local.shapes[which], sp0, regs.bp, &bounds, out) {
+        #[cfg(test)]
+        tests::REPLAYS.with(|r| r.set(r.get() + 1));
+        return true;
+    }
+    let (prev, memo) = (&mut local.prev, &mut local.memo);
+    let shape = &mut local.shapes[which];
+    shape.len = 0;
+    shape.bp0 = None;
+    let mut rec = Recorder {
+        shape,
+        ok: true,
+        bp_from: None,
+        bp_checked: false,
+    };
+    // The innermost program counter is exact; every later one is a return address, which may be
+    // the first byte of the next function when the call was the last instruction (a noreturn
+    // callee), so its rule is looked up one byte earlier, inside the call.
+    let mut lookup = regs.pc;
+    let mut n = 0;
+    for depth in 0..MAX_STEPS {
+        // libdmem's own frames differ in number between entry points (malloc, realloc, ...), so
+        // they have their own slots of `prev` and the caller's frames are counted from the first
+        // one recorded: consecutive walks then meet the same frames at the same slots.
+        let slot = if n == 0 {
+            depth.min(OWN_SLOTS - 1)
+        } else {
+            OWN_SLOTS - 1 + n
+        };
+        let rule = rule_for(prev, memo, slot, lookup, generation);
+        if rule.is_end() {
+            break;
+        }
+        if rule.cfa_base() != CFA_RSP || rule.bp_kind() == BP_AT_RBP {
+            rec.uses_bp(regs.bp, sp0);
+        }
+        let Some(next) = step(rule, &regs, &bounds) else {
+            // Where a step fails depends on where the stack ends, not only on the words read.
+            rec.ok = false;
+            break;
+        };
+        if let Some(at) = next.cfa_at {
+            rec.push(at, sp0, next.regs.sp, true);
+        }
+        rec.push(next.ra_at, sp0, next.regs.pc, false);
+        rec.shape.top = next.regs.sp - sp0;
+        if let Some(at) = next.bp_at {
+            rec.bp_from = Some(at);
+            rec.bp_checked = false;
+        } else if rule.bp_kind() == BP_LOST {
+            // A rule based on a lost %rbp fails its step, so nothing more is needed.
+            rec.bp_checked = true;
+        }
+        regs = next.regs;
+        if regs.pc == 0 {
+            break;
+        }
+        if n > 0 || !skip(regs.pc) {
+            out[n] = regs.pc;
+            n += 1;
+            if n == NFRAMES {
+                break;
+            }
+        }
+        lookup = regs.pc - 1;
+    }
+    if rec.ok {
+        rec.shape.n = n;
+        rec.shape.frames[..n].copy_from_slice(&out[..n]);
+    } else {
+        rec.shape.len = 0;
+    }
+    true
+}
+
+/// Checks whether the stack above `sp0` has `shape` and if so fills `out` from it.
+#[inline(always)]
+fn replay(shape: &Shape, sp0: usize, bp0: usize, b: &Bounds, out: &mut [usize; NFRAMES]) -> bool {
+    if shape.len == 0 || sp0.wrapping_add(shape.top) > b.hi {
+        return false;
+    }
+    if shape.bp0.is_some_and(|rel| bp0.wrapping_sub(sp0) != rel) {
+        return false;
+    }
+    for k in 0..shape.len.min(CHECKS) {
+        // The loads do not depend on each other: predicting each check to pass, the processor
+        // has them all under way at once.
+        let at = shape.at[k];
+        let base = if at & RELATIVE != 0 { sp0 } else { 0 };
+        let word = b.read(sp0 + usize::from(at & !RELATIVE));
+        if word.map(|w| w.wrapping_sub(base)) != Some(shape.want[k]) {
+            return false;
+        }
+    }
+    let n = shape.n.min(NFRAMES);
+    out[..n].copy_from_slice(&shape.frames[..n]);
+    true
+}
+
+/// The rule for `pc` at `slot` of a walk: from the previous walk at the same slot, else the
+/// thread's memo, else the shared cache, else the unwind tables.
+#[inline(always)]
+fn rule_for(
+    prev: &mut [(usize, u64); MAX_STEPS],
+    memo: &mut [(usize, u64); MEMO_SLOTS],
+    slot: usize,
+    pc: usize,
+    generation: u64,
+) -> Rule {
+    let p = prev[slot];
+    if p.0 == pc && p.1 != 0 {
+        return Rule(p.1);
+    }
+    let m = &mut memo[memo_index(pc)];
+    let rule = if m.0 == pc && m.1 != 0 {
+        Rule(m.1)
+    } else {
+        let rule = match cached(pc, generation) {
+            Some(rule) => rule,
+            None => miss(pc, generation),
+        };
+        *m = (pc, rule.0);
+        rule
+    };
+    prev[slot] = (pc, rule.0);
+    rule
+}
+
+fn memo_index(pc: usize) -> usize {
+    ((pc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_BITS)) as usize
+}
+
+/// Finds, caches and returns the rule for `pc`. An address in no loaded object ends the stack
+/// without being cached, since an object may be loaded there later.
+#[cold]
+#[inline(never)]
+fn miss(pc: usize, generation: u64) -> Rule {
+    match with_object(pc, |obj| rule_from_tables(pc, obj).unwrap_or(Rule::END)) {
+        Some(rule) => {
+            remember(pc, generation, rule);
+            rule
+        }
+        None => Rule::END,
+    }
+}
+
+/// glibc's `struct dl_find_object` on x86_64 (glibc 2.35 and later).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 7],
+}
+
+type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
+
+/// `_dl_find_object`, looked up on first use so the library still loads on an older glibc:
+/// 0 while unknown, 1 when absent, else its address.
+static FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
+
+fn find_object_fn() -> Option<FindObject> {
+    let mut f = FIND_OBJECT.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; our caller holds the
+        // reentrancy guard, so an allocation inside dlsym takes the untracked path.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+        f = if p.is_null() { 1 } else { p as usize };
+        FIND_OBJECT.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: a nonzero value other than 1 is the address of glibc's `_dl_find_object`, whose
+    // signature `FindObject` matches.
+    (f != 1).then(|| unsafe { core::mem::transmute::<usize, FindObject>(f) })
+}
+
+/// A loaded object's program headers, as the loader has them.
+struct Object<'a> {
+    /// What the object's addresses are offset by (the loader's l_addr).
+    bias: usize,
+    phdrs: &'a [libc::Elf64_Phdr],
+}
+
+impl Object<'_> {
+    /// The end of the file-backed part of the loaded segment that holds `addr`: the bytes up to
+    /// there are mapped and readable, which the unwind tables, read-only data, always are.
+    fn segment_end(&self, addr: usize) -> Option<usize> {
+        self.phdrs
+            .iter()
+            .filter(|ph| ph.p_type == libc::PT_LOAD)
+            .find_map(|ph| {
+                let lo = self.bias.wrapping_add(ph.p_vaddr as usize);
+                let hi = lo.wrapping_add(ph.p_filesz as usize);
+                (addr >= lo && addr < hi).then_some(hi)
+            })
+    }
+
+    /// The address of `.eh_frame_hdr`, if the object has one.
+    fn eh_frame_hdr(&self) -> Option<usize> {
+        let ph = self.phdrs.iter().find(|ph| ph.p_type == libc::PT_GNU_EH_FRAME)?;
+        Some(self.bias.wrapping_add(ph.p_vaddr as usize))
+    }
+}
+
+/// Runs `f` on the loaded object that contains `pc`; None when no object holds `pc`.
+///
+/// The object stays mapped while `f` runs: with `_dl_find_object` because `pc` is a return
+/// address on the calling thread's own stack, so its code is still executing and cannot have
+/// been closed; with the `dl_iterate_phdr` fallback because the loader's lock is held.
+fn with_object(pc: usize, f: impl FnOnce(&Object) -> Rule) -> Option<Rule> {
+    if let Some(find) = find_object_fn() {
+        let mut r = core::mem::MaybeUninit::<DlFindObject>::uninit();
+        // SAFETY: `find` is `_dl_find_object`, which fills `r` when it returns 0; it takes no
+        // lock and does not allocate.
+        if unsafe { find(pc as *mut c_void, r.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: initialised by the successful call above.
+        let r = unsafe { r.assume_init() };
+        // `_dl_find_object` gives the mapping but not the program headers; they are in the
+        // object's first page, after its ELF header, in every object the usual linkers make.
+        if let Some(obj) = object_from_header(r.map_start as usize, r.map_end as usize) {
+            return Some(f(&obj));
+        }
+    }
+    with_object_iterate(pc, f)
+}
+
+/// The program headers of the object mapped from `start` (to `end`), read from its ELF header;
+/// None when the first page does not hold them.
+fn object_from_header(start: usize, end: usize) -> Option<Object<'static>> {
+    const PAGE: usize = 4096;
+    let ehdr_size = core::mem::size_of::<libc::Elf64_Ehdr>();
+    let phdr_size = core::mem::size_of::<libc::Elf64_Phdr>();
+    if !start.is_multiple_of(PAGE) || end < start + PAGE {
+        return None;
+    }
+    // SAFETY: the loader maps every object from a page boundary, at least a page of it, readable
+    // (it is the start of the first loaded segment), and the object stays mapped (see
+    // `with_object`); the header fits in that page.
+    let ehdr = unsafe { &*(start as *const libc::Elf64_Ehdr) };
+    let phoff = ehdr.e_phoff as usize;
+    let phnum = usize::from(ehdr.e_phnum);
+    if ehdr.e_ident[..4] != *b"\x7fELF"
+        || usize::from(ehdr.e_phentsize) != phdr_size
+        || phoff < ehdr_size
+        || !phoff.is_multiple_of(core::mem::align_of::<libc::Elf64_Phdr>())
+        || phoff + phnum * phdr_size > PAGE
+    {
+        return None;
+    }
+    // SAFETY: the headers lie inside the same first page (checked above), properly aligned.
+    let phdrs = unsafe { core::slice::from_raw_parts((start + phoff) as *const libc::Elf64_Phdr, phnum) };
+    // The first loaded segment is the one mapped at `start`: the bias follows from its address.
+    let first = phdrs.iter().find(|ph| ph.p_type == libc::PT_LOAD)?;
+    let bias = start.wrapping_sub(first.p_vaddr as usize & !(PAGE - 1));
+    Some(Object { bias, phdrs })
+}
+
+/// The `dl_iterate_phdr` fallback for glibc before 2.35 and for objects whose headers are not
+/// in their first page: slower (it takes the loader's lock) but used only on a cache miss.
+fn with_object_iterate<F: FnOnce(&Object) -> Rule>(pc: usize, f: F) -> Option<Rule> {
+    struct Search<G> {
+        pc: usize,
+        f: Option<G>,
+        found: Option<Rule>,
+    }
+    unsafe extern "C" fn visit<G: FnOnce(&Object) -> Rule>(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr array has dlpi_phnum
+        // entries, for the duration of this callback; `data` is the `Search` passed below.
+        unsafe {
+            let search = &mut *(data as *mut Search<G>);
+            let info = &*info;
+            let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+                &[]
+            } else {
+                core::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum))
+            };
+            let obj = Object {
+                bias: info.dlpi_addr as usize,
+                phdrs,
+            };
+            let inside = phdrs.iter().any(|ph| {
+                let lo = obj.bias.wrapping_add(ph.p_vaddr as usize);
+                ph.p_type == libc::PT_LOAD
+                    && search.pc >= lo
+                    && search.pc < lo.wrapping_add(ph.p_memsz as usize)
+            });
+            if !inside {
+                return 0;
+            }
+            if let Some(f) = search.f.take() {
+                search.found = Some(f(&obj));
+            }
+            1
+        }
+    }
+    let mut search = Search {
+        pc,
+        f: Some(f),
+        found: None,
+    };
+    // SAFETY: `visit::<F>` matches the callback type and uses `data` only as the `Search<F>` it
+    // is given here, which outlives the call.
+    unsafe {
+        libc::dl_iterate_phdr(Some(visit::<F>), (&mut search as *mut Search<F>).cast());
+    }
+    search.found
+}
+
+/// Stack storage for gimli's CFI interpreter, sized for x86_64: the callee-saved registers plus
+/// the return address, and `DW_CFA_remember_state` nested twice. Anything larger fails to parse
+/// and ends the stack.
+struct OnStack;
+
+impl<T: ReaderOffset> UnwindContextStorage<T> for OnStack {
+    type Rules = [(Register, RegisterRule<T>); 24];
+    type Stack = [UnwindTableRow<T, Self>; 3];
+}
+
+const RBP: Register = Register(6);
+const RSP: Register = Register(7);
+const RA: Register = Register(16);
+
+/// Interprets the unwind tables of `obj` for `pc`. None when the object has no entry for `pc`
+/// or the entry cannot be put as a `Rule`.
+fn rule_from_tables(pc: usize, obj: &Object) -> Option<Rule> {
+    let hdr = obj.eh_frame_hdr()?;
+    let hdr_end = obj.segment_end(hdr)?;
+    // SAFETY: [hdr, hdr_end) is the rest of a loaded, readable segment of an object that stays
+    // mapped for this call (see `with_object`).
+    let hdr_bytes = unsafe { core::slice::from_raw_parts(hdr as *const u8, hdr_end - hdr) };
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr as u64);
+    let parsed = EhFrameHdr::new(hdr_bytes, LittleEndian).parse(&bases, 8).ok()?;
+    let Pointer::Direct(eh) = parsed.eh_frame_ptr() else {
+        return None;
+    };
+    let eh = eh as usize;
+    let eh_end = obj.segment_end(eh)?;
+    // SAFETY: as for `hdr_bytes`.
+    let eh_bytes = unsafe { core::slice::from_raw_parts(eh as *const u8, eh_end - eh) };
+    let bases = bases.set_eh_frame(eh as u64);
+    let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
+    let table = parsed.table()?;
+    let mut ctx = UnwindContext::<usize, OnStack>::new_in();
+    let row = table
+        .unwind_info_for_address(&eh_frame, &bases, &mut ctx, pc as u64, EhFrame::cie_from_offset)
+        .ok()?;
+
+    let (cfa_base, cfa_off) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } if *register == RSP => (CFA_RSP, *offset),
+        CfaRule::RegisterAndOffset { register, offset } if *register == RBP => (CFA_RBP, *offset),
+        CfaRule::Expression(e) => match rbp_expression(e.get(&eh_frame).ok()?.0.slice())? {
+            (off, true) => (CFA_DEREF_RBP, off),
+            (_, false) => return None,
+        },
+        CfaRule::RegisterAndOffset { .. } => return None,
+    };
+    let ra_off = match row.register(RA) {
+        Some(RegisterRule::Offset(off)) => off,
+        // Undefined marks the outermost frame (_start, a new thread's first frame).
+        _ => return Some(Rule::END),
+    };
+    let (bp_kind, bp_off) = match row.register(RBP) {
+        None | Some(RegisterRule::SameValue) => (BP_SAME, 0),
+        Some(RegisterRule::Offset(off)) => (BP_AT_CFA, off),
+        Some(RegisterRule::Expression(e)) => match rbp_expression(e.get(&eh_frame).ok()?.0.slice()) {
+            Some((off, false)) => (BP_AT_RBP, off),
+            _ => (BP_LOST, 0),
+        },
+        Some(_) => (BP_LOST, 0),
+    };
+    Rule::new(cfa_base, cfa_off, bp_kind, bp_off, ra_off)
+}
+
+/// Recognises the two DWARF expressions GCC emits for functions that realign their stack:
+/// `DW_OP_breg6 k` (an address, %rbp + k) and `DW_OP_breg6 k; DW_OP_deref` (the word there).
+/// Returns k and whether the word is dereferenced.
+fn rbp_expression(bytes: &[u8]) -> Option<(i64, bool)> {
+    const DW_OP_BREG6: u8 = 0x76;
+    const DW_OP_DEREF: u8 = 0x06;
+    let (&op, mut rest) = bytes.split_first()?;
+    if op != DW_OP_BREG6 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    let mut shift = 0;
+    loop {
+        let (&b, tail) = rest.split_first()?;
+        rest = tail;
+        if shift >= 64 {
+            return None;
+        }
+        value |= i64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            if shift < 64 && b & 0x40 != 0 {
+                value |= -1i64 << shift;
+            }
+            break;
+        }
+    }
+    match rest {
+        [] => Some((value, false)),
+        [DW_OP_DEREF] => Some((value, true)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        /// Walks this thread answered by replaying a shape.
+        pub static REPLAYS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn rule_round_trips() {
+        let r = Rule::new(CFA_RBP, -123_456, BP_AT_CFA, -16, -8).unwrap();
+        assert_eq!(
+            (r.cfa_base(), r.cfa_off(), r.bp_kind(), r.bp_off(), r.ra_off()),
+            (CFA_RBP, -123_456, BP_AT_CFA, -16, -8)
+        );
+        assert!(!r.is_end());
+        assert!(Rule::END.is_end());
+        assert!(Rule::new(CFA_RSP, 8, BP_SAME, 0, -4).is_none());
+    }
+
+    #[test]
+    fn expressions() {
+        assert_eq!(rbp_expression(&[0x76, 0x78, 0x06]), Some((-8, true)));
+        assert_eq!(rbp_expression(&[0x76, 0x00]), Some((0, false)));
+        assert_eq!(rbp_expression(&[0x77, 0x08]), None);
+    }
+
+    #[inline(never)]
+    fn nest(depth: usize, out: &mut [usize; NFRAMES]) -> bool {
+        if depth == 0 {
+            capture(out, |_| false)
+        } else {
+            let r = nest(depth - 1, out);
+            core::hint::black_box(depth);
+            r
+        }
+    }
+
+    #[test]
+    fn walks_own_stack() {
+        let mut out = [0; NFRAMES];
+        assert!(nest(12, &mut out));
+        assert!(out.iter().all(|&pc| pc != 0), "{out:x?}");
+        // The same frames again, now from the cache.
+        let mut again = [0; NFRAMES];
+        assert!(nest(12, &mut again));
+        assert_eq!(out, again);
+    }
+
+    #[test]
+    fn threads_walk_too() {
+        let h = std::thread::spawn(|| {
+            let mut out = [0; NFRAMES];
+            assert!(nest(3, &mut out));
+            out
+        });
+        let out = h.join().unwrap();
+        // nest x4, the closure, std's thread start, start_thread, clone3: at least 6 frames.
+        assert!(out.iter().take(6).all(|&pc| pc != 0), "{out:x?}");
+    }
+
+    /// Both walks from one call site: `fast` by this walker, `slow` by the platform unwinder.
+    #[inline(never)]
+    fn both(depth: usize, fast: &mut [usize; NFRAMES], slow: &mut Vec<usize>) {
+        if depth > 0 {
+            both(depth - 1, fast, slow);
+            core::hint::black_box(depth);
+            return;
+        }
+        for which in 0..2 {
+            if which == 0 {
+                assert!(capture(fast, |_| false));
+            } else {
+                backtrace::trace(|f| {
+                    slow.push(f.ip() as usize);
+                    slow.len() < 64
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_the_platform_unwinder() {
+        for depth in [0, 3, 9] {
+            let mut fast = [0; NFRAMES];
+            let mut slow = Vec::new();
+            both(depth, &mut fast, &mut slow);
+            // fast[0] is the return address into `both` from `capture`, a call site of its own;
+            // from the caller of `both` on, the two must be the same addresses.
+            let start = slow.iter().position(|&pc| pc == fast[1]);
+            assert!(start.is_some(), "{:x?} not in {slow:x?}", fast[1]);
+            let n = NFRAMES - 1;
+            let start = start.unwrap();
+            let expect: Vec<usize> = slow[start..]
+                .iter()
+                .copied()
+                .take(n)
+                .chain(core::iter::repeat(0))
+                .take(n)
+                .collect();
+            assert_eq!(&fast[1..], &expect[..], "depth {depth}");
+        }
+    }
+
+    /// The `dl_iterate_phdr` fallback for older glibc finds the same rules as `_dl_find_object`.
+    #[test]
+    fn both_object_lookups_agree() {
+        let mut out = [0; NFRAMES];
+        assert!(nest(3, &mut out));
+        let mut compared = 0;
+        for pc in out.into_iter().filter(|&pc| pc != 0) {
+            let rule = |obj: &Object| rule_from_tables(pc - 1, obj).unwrap_or(Rule::END);
+            let a = with_object(pc - 1, rule);
+            let b = with_object_iterate(pc - 1, rule);
+            assert_eq!(a, b, "{pc:#x}");
+            compared += a.is_some() as usize;
+        }
+        assert!(compared >= 5);
+        // `_dl_find_object` plus the ELF header answered, not the fallback.
+        let find = find_object_fn().expect("glibc 2.35 or later");
+        for pc in out.into_iter().filter(|&pc| pc != 0) {
+            let mut r = core::mem::MaybeUninit::<DlFindObject>::uninit();
+            // SAFETY: as in `with_object`.
+            assert_eq!(unsafe { find(pc as *mut c_void, r.as_mut_ptr()) }, 0);
+            // SAFETY: filled by the call above.
+            let r = unsafe { r.assume_init() };
+            let obj = object_from_header(r.map_start as usize, r.map_end as usize);
+            assert!(obj.is_some_and(|o| o.segment_end(pc).is_some()), "{pc:#x}");
+        }
+        // An address in no object.
+        assert_eq!(with_object_iterate(16, |_| Rule::END), None);
+    }
+
+    #[test]
+    fn walks_after_invalidation() {
+        let mut out = [0; NFRAMES];
+        assert!(nest(5, &mut out));
+        invalidate();
+        let mut again = [0; NFRAMES];
+        assert!(nest(5, &mut again));
+        // The same frames but one: the two calls of `nest` above return to different places.
+        assert_eq!(out[..5], again[..5]);
+        assert_ne!(out[5], again[5]);
+        assert_eq!(out[6..], again[6..]);
+    }
+
+    #[inline(never)]
+    fn site_a(out: &mut [usize; NFRAMES]) -> bool {
+        let r = nest(4, out);
+        core::hint::black_box(1);
+        r
+    }
+
+    #[inline(never)]
+    fn site_b(out: &mut [usize; NFRAMES]) -> bool {
+        let r = nest(4, out);
+        core::hint::black_box(2);
+        r
+    }
+
+    /// Walks from the same stack depth through different callers, alternating, so each walk
+    /// starts where the previous one did and a replay of the previous walk's shape must notice
+    /// the changed return address.
+    #[test]
+    fn replay_notices_a_changed_caller() {
+        let (mut a, mut b) = ([0; NFRAMES], [0; NFRAMES]);
+        assert!(site_a(&mut a));
+        assert!(site_b(&mut b));
+        // Frames 0..4 are in `nest`, 4 in `site_a` or `site_b`, 5 in this function (at a call
+        // site of its own for each call).
+        assert_ne!(a[4], b[4]);
+        let replays = REPLAYS.get();
+        for i in 0..core::hint::black_box(100) {
+            let mut out = [0; NFRAMES];
+            if i % 2 == 0 {
+                assert!(site_a(&mut out));
+                assert_eq!(out[..5], a[..5], "walk {i}");
+            } else {
+                assert!(site_b(&mut out));
+                assert_eq!(out[..5], b[..5], "walk {i}");
+            }
+        }
+        // Each walk starts where the previous one did, from a stack of the same shape but for
+        // one return address: none may be answered by a replay of the other's shape.
+        assert_eq!(REPLAYS.get(), replays);
+        // Walks from the same caller are (black_box keeps the loop a loop, with one call site).
+        for _ in 0..core::hint::black_box(10) {
+            let mut out = [0; NFRAMES];
+            assert!(site_a(&mut out));
+            assert_eq!(out[..5], a[..5]);
+        }
+        assert!(
+            REPLAYS.get() >= replays + 9,
+            "{} replays",
+            REPLAYS.get() - replays
+        );
+    }
+}

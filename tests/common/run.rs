@@ -1,0 +1,149 @@
+//! Running programs bare and preloaded under a time limit, and comparing the runs.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Long enough for any fixture on a loaded two-core machine; only a hang (a deadlock after fork,
+/// say) comes near it. Not a performance bound.
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+/// For the fork fixture, which takes well under a second when nothing deadlocks: a hang there is
+/// the expected failure, so it should not hold the suite up for long.
+pub const FORK_LIMIT: Duration = Duration::from_secs(60);
+
+/// The time limit for one run of a fixture.
+pub fn limit_for(fixture: &str) -> Duration {
+    if fixture.starts_with("fork") {
+        FORK_LIMIT
+    } else {
+        LIMIT
+    }
+}
+
+/// Runs `cmd` with no stdin, capturing output, and kills its whole process group if it is still
+/// running after `limit` — a hang then fails the test instead of stalling the suite. A killed run
+/// reports SIGKILL and says so at the end of its stderr.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so children it forked are killed with it.
+    cmd.process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let start = Instant::now();
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let group = format!("-{}", child.id());
+            let _ = Command::new("kill").args(["-s", "KILL", "--", &group]).status();
+            let _ = child.kill();
+            killed = true;
+            break child.wait().expect("wait");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = err.join().expect("stderr reader");
+    if killed {
+        stderr.extend_from_slice(format!("[killed: still running after {limit:?}, hung?]\n").as_bytes());
+    }
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr,
+    }
+}
+
+/// `prog args` with no preloading at all (whatever the test's own environment has).
+pub fn bare(prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env_remove("LD_PRELOAD").env_remove("DMEM_OPTS");
+    cmd
+}
+
+/// `prog args` preloaded with libdmem (and a backend after it), `DMEM_OPTS=opts`.
+pub fn with_dmem(
+    prog: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+    opts: &str,
+    backend: Option<&Path>,
+) -> Command {
+    let mut cmd = super::common::preloaded(prog, opts, backend);
+    cmd.args(args);
+    cmd
+}
+
+pub fn status_text(s: &ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(sig)) => format!("signal {sig}{}", if s.core_dumped() { " (core)" } else { "" }),
+        _ => format!("{s:?}"),
+    }
+}
+
+fn tail(bytes: &[u8], lines: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n    ")
+}
+
+/// None if `got` has the same exit status and stdout as `want`; else what differs.
+pub fn mismatch(want: &Output, got: &Output) -> Option<String> {
+    let mut why = Vec::new();
+    if want.status.code() != got.status.code() || want.status.signal() != got.status.signal() {
+        why.push(format!(
+            "status {} (bare run: {})",
+            status_text(&got.status),
+            status_text(&want.status)
+        ));
+    }
+    if want.stdout != got.stdout {
+        let w = String::from_utf8_lossy(&want.stdout);
+        let g = String::from_utf8_lossy(&got.stdout);
+        let (wl, gl): (Vec<&str>, Vec<&str>) = (w.lines().collect(), g.lines().collect());
+        let i = wl.iter().zip(&gl).take_while(|(a, b)| a == b).count();
+        let clip = |s: Option<&&str>| s.map(|s| s.chars().take(200).collect::<String>());
+        why.push(format!(
+            "stdout differs at line {}: got {:?}, bare run {:?} ({} vs {} lines)",
+            i + 1,
+            clip(gl.get(i)),
+            clip(wl.get(i)),
+            gl.len(),
+            wl.len()
+        ));
+    }
+    if why.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}\n    stderr: {}",
+        why.join("; "),
+        tail(&got.stderr, 6)
+    ))
+}
+
+/// Panics with every entry of `failures`, one per line, if there are any.
+pub fn assert_none(what: &str, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{what}: {} failure(s):\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+}
