@@ -1,0 +1,145 @@
+"""Runs the bench workloads bare and under each tool and prints median time ratios.
+
+Workloads:
+  storm    c-fixtures/bench_storm.c: two threads malloc, realloc and free from a dozen frames deep,
+           and hand blocks to each other to free.
+  python   bench/alloc_heavy.py under the system python3 with PYTHONMALLOC=malloc, so every
+           object allocation reaches malloc (about 7 million of them).
+
+Tools, each run only when installed:
+  dmem             libdmem.so preloaded, recording stacks with the cached CFI unwinder (default)
+  dmem-nostacks    the same with DMEM_OPTS=no-log-allocs: headers but no stacks and no lists, which
+                   tells the unwinder's share of the cost from the rest
+  dmem-backtrace   the same with DMEM_OPTS=unwinder=backtrace (_Unwind_Backtrace per allocation)
+  heaptrack        heaptrack's preload and its interpreter process, writing its data file
+  lsan             LeakSanitizer's standalone runtime preloaded, default frame-pointer unwinding
+  lsan-full        the same with fast_unwind_on_malloc=0, which gives complete stacks
+
+The figure that matters is the median wall time over several runs divided by the bare median.
+The CPU time (user + system of the process tree) is printed too: on a busy machine it moves
+less than wall time, and heaptrack's separate interpreter process shows up in it.
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LSAN_CANDIDATES = [
+    "/usr/lib/x86_64-linux-gnu/liblsan.so.0",
+    "/usr/lib64/liblsan.so.0",
+    "/usr/lib/liblsan.so.0",
+]
+
+
+def find_python():
+    """The distribution's python3 (built as users get it), else whatever python3 really is."""
+    if os.path.exists("/usr/bin/python3"):
+        return "/usr/bin/python3"
+    return os.path.realpath(shutil.which("python3") or sys.executable)
+
+
+def run_once(argv, env, cwd):
+    """Wall and CPU seconds of one run of argv (and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace")[-2000:]
+        raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}:\n{err}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def tools(args, scratch):
+    """(name, runs, how to wrap a command) for every tool that is installed."""
+    base = dict(os.environ)
+    for var in ("LD_PRELOAD", "DMEM_OPTS", "LSAN_OPTIONS", "ASAN_OPTIONS"):
+        base.pop(var, None)
+
+    def plain(argv, env):
+        return argv, env
+
+    def preload(lib, **extra):
+        def wrap(argv, env):
+            env = dict(env, LD_PRELOAD=lib, **extra)
+            return argv, env
+        return wrap
+
+    out = [("bare", args.runs, plain)]
+    out.append(("dmem", args.runs, preload(args.lib, DMEM_OPTS="unwinder=fast")))
+    out.append(("dmem-nostacks", args.runs, preload(args.lib, DMEM_OPTS="no-log-allocs")))
+    if not args.quick:
+        out.append(("dmem-backtrace", 1, preload(args.lib, DMEM_OPTS="unwinder=backtrace")))
+    heaptrack = shutil.which("heaptrack")
+    if heaptrack:
+        def wrap_heaptrack(argv, env):
+            return [heaptrack, "-o", os.path.join(scratch, "heaptrack.%p")] + argv, env
+        out.append(("heaptrack", args.others, wrap_heaptrack))
+    lsan = next((p for p in LSAN_CANDIDATES if os.path.exists(p)), None)
+    if lsan:
+        # Leaks are reported (to a file nobody reads) but do not change the exit status.
+        report = os.path.join(scratch, "lsan")
+        common = f"exitcode=0:log_path={report}"
+        out.append(("lsan", args.others, preload(lsan, LSAN_OPTIONS=common)))
+        if not args.quick:
+            out.append(("lsan-full", 1, preload(lsan, LSAN_OPTIONS=common + ":fast_unwind_on_malloc=0")))
+    return base, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="libdmem.so to preload")
+    ap.add_argument("--storm", required=True, help="the bench_storm fixture")
+    ap.add_argument("--runs", type=int, default=7, help="runs of bare and dmem (default 7)")
+    ap.add_argument("--others", type=int, default=3, help="runs of heaptrack and lsan (default 3)")
+    ap.add_argument("--quick", action="store_true",
+                    help="leave out the slow single runs (dmem-backtrace, lsan-full)")
+    ap.add_argument("--only", choices=["storm", "python"], help="run one workload")
+    args = ap.parse_args()
+
+    python = find_python()
+    workloads = [
+        ("storm", [args.storm], {}),
+        ("python", [python, os.path.join(HERE, "alloc_heavy.py")], {"PYTHONMALLOC": "malloc"}),
+    ]
+    if args.only:
+        workloads = [w for w in workloads if w[0] == args.only]
+
+    with tempfile.TemporaryDirectory(prefix="dmem-bench.") as scratch:
+        base, tool_list = tools(args, scratch)
+        print(f"# {os.uname().machine}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+              f"python: {python}")
+        print(f"{'workload':<8}  {'tool':<15} {'runs':>4}  {'wall (median)':>13}  {'ratio':>6}  "
+              f"{'cpu (median)':>12}  {'ratio':>6}")
+        for wname, argv, extra_env in workloads:
+            bare = None
+            for tname, runs, wrap in tool_list:
+                cmd, env = wrap(list(argv), dict(base, **extra_env))
+                walls, cpus = [], []
+                try:
+                    for _ in range(runs):
+                        w, c = run_once(cmd, env, scratch)
+                        walls.append(w)
+                        cpus.append(c)
+                except RuntimeError as e:
+                    print(f"{wname:<8}  {tname:<15} failed: {e}", file=sys.stderr)
+                    continue
+                wall, cpu = statistics.median(walls), statistics.median(cpus)
+                if bare is None:
+                    bare = (wall, cpu)
+                print(f"{wname:<8}  {tname:<15} {runs:>4}  {wall:>11.2f} s  {wall / bare[0]:>5.2f}x  "
+                      f"{cpu:>10.2f} s  {cpu / bare[1]:>5.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/bin/sh
+# The overhead bench: builds the release library, then runs each workload bare and under each
+# installed tool several times and prints the median wall-clock (and CPU) time against the bare
+# run. See bench/harness.py for the workloads, the tools and the options (`--help`).
+#
+#   bench/run.sh                 the default comparison, a few minutes
+#   bench/run.sh --runs 9        more runs per measurement, for a noisy machine
+set -eu
+cd "$(dirname "$0")/.."
+# The build prints where build.rs put the fixtures (its out_dir); the harness takes bench_storm
+# from there.
+out_dir=$(cargo build --release --message-format=json-render-diagnostics |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "build-script-executed" and "/dmem-" in m.get("out_dir", ""):
+        print(m["out_dir"])')
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+exec python3 bench/harness.py \
+    --lib "$target_dir/release/libdmem.so" \
+    --storm "$out_dir/fixtures/bench_storm" "$@"

@@ -1,0 +1,334 @@
+//! Leak finding on real core files: `dmem leaks`, `types`, `words` and `why` on fixtures whose
+//! answer is known, and the exit report (`leak-report`) of the very run that left the core,
+//! which must agree with `dmem leaks` stack by stack. One run with
+//! `leak-report,abort-shutdown` gives both.
+
+mod common;
+#[path = "common/gdb.rs"]
+mod gdbrun;
+
+use common::{fixture, lib_path, make_core, scratch_dir, which};
+use gdbrun::{json_query, Session};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The gdb tests need gdb; without it they say so and pass (CI installs it).
+fn have_gdb() -> bool {
+    if which("gdb").is_some() {
+        return true;
+    }
+    eprintln!("skipping: gdb is not installed, so leak finding on cores cannot be tested here");
+    false
+}
+
+/// XORed into the fixtures' hidden pointers, so a scan does not see them.
+const HIDE: &str = "0x5a5a5a5a5a5a5a5a";
+
+/// Runs fixture `name` preloaded with the exit report and abort-shutdown; returns the scratch
+/// directory, the core and the report.
+fn core_and_report(test: &str, name: &str) -> (PathBuf, PathBuf, String) {
+    let dir = scratch_dir(test);
+    let report = dir.join("report.txt");
+    let opts = format!("leak-report,abort-shutdown,report-file={}", report.display());
+    let core = make_core(&dir, &fixture(name), &[], &opts, &lib_path());
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no exit report at {}: {e}", report.display()));
+    (dir, core, text)
+}
+
+fn gdb(dir: &Path, name: &str, core: &Path, cmds: &[&str], env: &[(&str, &str)]) -> Session {
+    let s = gdbrun::run(dir, &fixture(name), Some(core), &[], cmds, env);
+    s.assert_no_traceback();
+    s
+}
+
+/// Every decimal number in `line`, in order (hexadecimal ones are skipped).
+fn numbers(line: &str) -> Vec<u64> {
+    line.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// Leak totals: blocks, direct, indirect, bytes, reachable blocks, reachable bytes.
+type Totals = [u64; 6];
+
+/// One stack's leaks: blocks, direct, indirect, bytes, example address.
+type Group = (u64, u64, u64, u64, String);
+
+/// The exit report: its totals and its groups keyed by the stack's return addresses.
+fn parse_report(text: &str) -> (Totals, BTreeMap<String, Group>) {
+    let mut lines = text.lines();
+    let head = numbers(lines.next().expect("report header"));
+    assert_eq!(head.len(), 6, "unexpected report header: {text}");
+    let totals = [head[0], head[1], head[2], head[3], head[4], head[5]];
+    let mut groups = BTreeMap::new();
+    let mut current: Option<(Group, Vec<String>)> = None;
+    for line in lines.chain(std::iter::once("")) {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix('#') {
+            let pc = rest.split_whitespace().nth(1).expect("frame address");
+            current
+                .as_mut()
+                .expect("frame before a group")
+                .1
+                .push(pc.to_owned());
+        } else if t.contains(" bytes in ") {
+            let n = numbers(t);
+            let example = t
+                .split("e.g. ")
+                .nth(1)
+                .expect("example")
+                .split(',')
+                .next()
+                .unwrap();
+            current = Some(((n[1], n[2], n[3], n[0], example.to_owned()), Vec::new()));
+        } else if let Some((g, pcs)) = current.take() {
+            groups.insert(pcs.join(","), g);
+        }
+    }
+    (totals, groups)
+}
+
+/// The same from `dmem leaks --json --limit 0`.
+fn parse_leaks_json(json: &str) -> (Totals, BTreeMap<String, Group>) {
+    let t = json_query(
+        json,
+        "' '.join(str(x) for x in (d['total']['blocks'], d['total']['direct'], \
+         d['total']['indirect'], d['total']['bytes'], d['reachable']['blocks'], \
+         d['reachable']['bytes']))",
+    );
+    let t = numbers(&t);
+    let groups = json_query(
+        json,
+        "'\\n'.join('%s %d %d %d %d %s' % (','.join(f['pc'] for f in s['stack']), s['blocks'], \
+         s['direct'], s['indirect'], s['bytes'], s['example']) for s in d['stacks'])",
+    );
+    let mut out = BTreeMap::new();
+    for line in groups.lines().filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n: Vec<u64> = f[1..5].iter().map(|x| x.parse().unwrap()).collect();
+        out.insert(f[0].to_owned(), (n[0], n[1], n[2], n[3], f[5].to_owned()));
+    }
+    (t.try_into().expect("six totals"), out)
+}
+
+#[test]
+fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
+    if !have_gdb() {
+        return;
+    }
+    let (dir, core, report) = core_and_report("leaks_list", "leak_list");
+    let (want_totals, want_groups) = parse_report(&report);
+    // Ground truth: a held 1000-node list, an orphaned one, 500 orphaned 24-byte blocks.
+    assert_eq!(
+        want_totals,
+        [1500, 501, 999, 28000, 1000, 16000],
+        "exit report:\n{report}"
+    );
+
+    let s = gdb(
+        &dir,
+        "leak_list",
+        &core,
+        &["dmem leaks --json --limit 0", "dmem leaks"],
+        &[],
+    );
+    let (totals, groups) = parse_leaks_json(s.out(0));
+    assert_eq!(totals, want_totals, "dmem leaks:\n{}", s.out(1));
+    assert_eq!(
+        groups,
+        want_groups,
+        "dmem leaks and the exit report differ:\n{}\n{report}",
+        s.out(1)
+    );
+    let text = s.out(1);
+    assert!(
+        text.contains(
+            "total: 28000 bytes leaked in 1500 blocks (501 direct, 999 indirect) from 2 stacks; \
+             1000 blocks (16000 bytes) still reachable"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("leak 1: 16000 bytes in 1000 blocks (1 direct, 999 indirect)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("leak 2: 12000 bytes in 500 blocks (500 direct, 0 indirect)"),
+        "{text}"
+    );
+    assert!(text.contains("make_orphan_list"), "{text}");
+    assert!(!text.contains("warning"), "{text}");
+
+    // The pure-Python scan and reads through gdb instead of the core file: the same answer.
+    for env in [("DMEM_NO_NUMPY", "1"), ("DMEM_NO_COREFILE", "1")] {
+        let s = gdb(&dir, "leak_list", &core, &["dmem leaks --json --limit 0"], &[env]);
+        assert_eq!(
+            parse_leaks_json(s.out(0)),
+            (totals, groups.clone()),
+            "with {env:?}"
+        );
+    }
+}
+
+#[test]
+fn why_names_the_root_and_the_chain() {
+    if !have_gdb() {
+        return;
+    }
+    let (dir, core, _) = core_and_report("leaks_why", "leak_list");
+    let third = "held->next->next";
+    let cmds = [
+        format!("dmem why {third}"),
+        format!("dmem why --json {third}"),
+        format!("dmem why orphan_head_x ^ {HIDE}"),
+        format!("dmem why orphan_middle_x ^ {HIDE}"),
+        format!("dmem why --json orphan_middle_x ^ {HIDE}"),
+        format!("dmem why orphan_single_x ^ {HIDE}"),
+        "dmem why &held".to_owned(),
+        "dmem why".to_owned(),
+    ];
+    let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+    let s = gdb(&dir, "leak_list", &core, &cmds, &[]);
+
+    let out = s.out(0);
+    assert!(
+        out.contains("is in use: reachable from a root through 3 blocks:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(held in .bss of leak_list), in the writable data of leak_list"),
+        "{out}"
+    );
+    assert_eq!(out.matches("  -> 0x").count(), 3, "{out}");
+    assert_eq!(out.matches("at offset 0 of the block above").count(), 2, "{out}");
+    assert!(out.contains("make_list"), "{out}");
+    let j = s.out(1);
+    assert_eq!(
+        json_query(j, "(d['class'], d['root']['kind'], len(d['chain']))"),
+        "('reachable', 'data', 3)"
+    );
+
+    assert!(s.out(2).contains("is unreachable: a direct leak"), "{}", s.out(2));
+    let out = s.out(3);
+    assert!(
+        out.contains("is unreachable: an indirect leak, held only by leaked blocks"),
+        "{out}"
+    );
+    // The middle of the orphaned list hangs 500 nodes below its head, the direct leak.
+    let j = s.out(4);
+    assert_eq!(
+        json_query(j, "(d['class'], len(d['chain']))"),
+        "('indirect', 501)"
+    );
+    assert!(s.out(5).contains("is unreachable: a direct leak"), "{}", s.out(5));
+    assert!(s.out(6).contains("not inside any live block"), "{}", s.out(6));
+    assert!(s.stderr.contains("an address is needed"), "{}", s.stderr);
+}
+
+#[test]
+fn cxx_types_and_member_histogram() {
+    if !have_gdb() {
+        return;
+    }
+    let (dir, core, report) = core_and_report("leaks_cxx", "leak_cxx");
+    let cmds = [
+        "dmem leaks --json --limit 0",
+        "dmem types --leaks --json",
+        "dmem types --json",
+        "dmem words --vtable A --offset 8 --type u64 --json",
+        "dmem words --leaks --limit 3",
+        "dmem types --leaks",
+        "dmem words --vtable A --offset 8 --type u64",
+        "dmem words --vtable Z --offset 8",
+    ];
+    let s = gdb(&dir, "leak_cxx", &core, &cmds, &[]);
+
+    let (totals, groups) = parse_leaks_json(s.out(0));
+    let (want_totals, want_groups) = parse_report(&report);
+    assert_eq!(totals, want_totals, "exit report:\n{report}");
+    assert_eq!(
+        groups, want_groups,
+        "dmem leaks and the exit report differ:\n{report}"
+    );
+    assert_eq!(&totals[..4], &[100000, 100000, 0, 1600000]);
+
+    let types = |i: usize| json_query(s.out(i), "[(t['type'], t['blocks']) for t in d['types']]");
+    assert_eq!(types(1), "[('A', 100000)]");
+    assert_eq!(types(2), "[('A', 100000), ('B', 10), ('shop::Basket', 5)]");
+    assert_eq!(
+        json_query(s.out(3), "[(v['value'], v['count']) for v in d['values']]"),
+        "[('0x1', 60000), ('0x2', 30000), ('0x3', 10000)]"
+    );
+    let words = s.out(4);
+    let top = words.lines().nth(2).unwrap_or_default();
+    assert!(
+        top.starts_with("      100000  0x") && top.contains("vtable for A + 16"),
+        "{words}"
+    );
+    assert!(
+        s.out(5).contains("      100000        1600000  A\n"),
+        "{}",
+        s.out(5)
+    );
+    assert!(s.out(5).contains("make_a(unsigned long)"), "{}", s.out(5));
+    assert!(
+        s.out(6).contains("       60000  0x0000000000000001  (1)"),
+        "{}",
+        s.out(6)
+    );
+    assert!(
+        s.stderr.contains("no live block has the vtable of 'Z'"),
+        "{}",
+        s.stderr
+    );
+
+    // The pure-Python implementation gives the very same documents.
+    let pure = gdb(&dir, "leak_cxx", &core, &cmds[..4], &[("DMEM_NO_NUMPY", "1")]);
+    for (i, cmd) in cmds[..4].iter().enumerate() {
+        assert_eq!(pure.out(i), s.out(i), "{cmd} differs without numpy");
+    }
+}
+
+#[test]
+fn other_threads_stacks_and_tls_are_roots() {
+    if !have_gdb() {
+        return;
+    }
+    let (dir, core, _) = core_and_report("leaks_threads", "leak_threads");
+    let cmds = [
+        format!("dmem why on_worker_stack_x ^ {HIDE}"),
+        format!("dmem why in_tls_x ^ {HIDE}"),
+    ];
+    let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+    let s = gdb(&dir, "leak_threads", &core, &cmds, &[]);
+    let (worker, tls) = (s.out(0), s.out(1));
+    assert!(
+        worker.contains("is in use") && worker.contains("in the stack of thread"),
+        "{worker}"
+    );
+    assert!(
+        tls.contains("is in use") && tls.contains("in the TLS of thread"),
+        "{tls}"
+    );
+}
+
+#[test]
+fn live_process_at_exit() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("leaks_live");
+    let setup = gdbrun::stop_at_exit(Some(&lib_path()), "");
+    let s = gdbrun::run(
+        &dir,
+        &fixture("leak_list"),
+        None,
+        &setup,
+        &["dmem leaks --json"],
+        &[],
+    );
+    s.assert_no_traceback();
+    let (totals, _) = parse_leaks_json(s.out(0));
+    assert_eq!(totals, [1500, 501, 999, 28000, 1000, 16000], "{}", s.stdout);
+}
