@@ -1,0 +1,105 @@
+//! `dmem demo`: `dmem run` and `dmem report` on the example program, shown as the commands a
+//! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
+
+use crate::cli::{self, show, Arg, Parser};
+use crate::report::{self, Sink};
+use crate::run::{self, Spec};
+use crate::{failed, locate, usage, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub fn main(args: Vec<OsString>) -> Result<i32> {
+    let mut dir: Option<PathBuf> = None;
+    let mut p = Parser::new(args, &[]);
+    while let Some(arg) = p.next_arg()? {
+        match arg {
+            Arg::Help => return Ok(cli::print_help(cli::DEMO_HELP)),
+            Arg::Opt(o) if o == "--dir" => dir = Some(p.value(&o, "a directory")?.into()),
+            Arg::Opt(o) => return Err(cli::unknown_option(&o, "demo")),
+            Arg::Word(w) => {
+                return Err(usage(format!(
+                    "unexpected '{}'; see 'dmem demo --help'",
+                    show(&w)
+                )))
+            }
+            Arg::End => {}
+        }
+    }
+    // One fixed place by default, so running the demo again replaces its core instead of adding
+    // another.
+    let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("dmem-demo"));
+    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("cannot create {}: {e}", show(&dir))))?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    // Everything it needs, before it starts telling the story.
+    locate::library()?;
+    locate::gdb()?;
+    locate::script()?;
+    // A copy beside the core, so the commands shown are short enough to read and retype.
+    let example = locate::example()?;
+    let driver = dir.join("driver");
+    let _ = std::fs::remove_file(&driver);
+    std::fs::copy(&example, &driver).map_err(|e| {
+        failed(format!(
+            "cannot copy the example program into {}: {e}",
+            show(&dir)
+        ))
+    })?;
+
+    println!("The example program frees a 512-byte block and leaks a 2048-byte one. Run it with");
+    println!("libdmem.so preloaded, aborting at exit so that the core holds every unfreed block:");
+    println!();
+    println!("$ cd {}", show(&dir));
+    println!("$ dmem run -o abort-shutdown -- ./driver");
+    let spec = Spec {
+        prog: driver.clone().into_os_string(),
+        opts: Some("abort-shutdown".into()),
+        cwd: Some(dir.clone()),
+        capture_stdout: true,
+        ..Spec::default()
+    };
+    let out = run::execute(&spec)?;
+    print!("{}", abridged(&out.stdout));
+    for note in &out.notes {
+        println!("dmem: {note}");
+    }
+    let Some(core) = out.core else {
+        return Err(failed(format!(
+            "the example left no core in {}, so there is nothing to report; see the lines above",
+            show(&dir)
+        )));
+    };
+    // The same name every time, so the directory holds one core however often the demo runs.
+    let kept = dir.join("core");
+    let core = if core != kept && std::fs::rename(&core, &kept).is_ok() {
+        kept
+    } else {
+        core
+    };
+    let core_name = core.strip_prefix(&dir).map(show).unwrap_or_else(|_| show(&core));
+    println!("dmem: core file: {}", show(&core));
+    println!();
+    println!("Then see which allocation stacks hold the memory that was never freed:");
+    println!();
+    println!("$ dmem report ./driver {core_name}");
+    report::gdb_command(
+        Some((&driver, &core)),
+        &["dmem".into(), "summary".into()],
+        Sink::Stdout,
+    )?;
+    println!();
+    println!("Next, in {}:", show(&dir));
+    println!("  dmem report ./driver {core_name} stacks            every block with its stack");
+    println!("  dmem flamegraph ./driver {core_name} -o demo.svg   the same as a flame graph");
+    Ok(0)
+}
+
+/// The example prints two long lines of letters; show their start and length only.
+fn abridged(out: &[u8]) -> String {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| match l.char_indices().nth(40) {
+            Some((cut, _)) => format!("{}... ({} characters)\n", &l[..cut], l.chars().count()),
+            None => format!("{l}\n"),
+        })
+        .collect()
+}

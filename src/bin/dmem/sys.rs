@@ -1,0 +1,79 @@
+//! The launcher's few calls into libc, each wrapped in a safe function.
+
+/// The core-size limit after raising the soft limit as far as the hard one allows:
+/// `(soft, hard)` in bytes, `None` meaning unlimited.
+pub fn raise_core_limit() -> std::io::Result<(Option<u64>, Option<u64>)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass, which lives across the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur != lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit only reads the struct; raising the soft limit up to the hard one is
+        // always permitted, and the change is inherited by the child we start next.
+        if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let finite = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Ok((finite(lim.rlim_cur), finite(lim.rlim_max)))
+}
+
+/// Makes the launcher ignore the terminal's interrupt and quit keys while the program it started
+/// runs, as a shell does for a foreground job: the program gets them and decides, and the
+/// launcher lives on to report how it ended. Called after the child is spawned, so the child
+/// keeps the default dispositions.
+pub fn ignore_terminal_signals() {
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        // SAFETY: setting SIG_IGN installs no handler code; it cannot race with anything in this
+        // single-purpose process.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
+/// The hard-coded names of the signals a program is likely to die of; the number otherwise.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
+
+/// Whether a signal's default action writes a core (signal(7)).
+pub fn dumps_core(sig: i32) -> bool {
+    [
+        libc::SIGQUIT,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGABRT,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGSEGV,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGSYS,
+    ]
+    .contains(&sig)
+}

@@ -1,0 +1,466 @@
+//! The `dmem` launcher end to end: real programs run under it, real cores, real gdb.
+
+mod common;
+
+use common::{fixture, scratch_dir, text, which};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn dmem() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmem"));
+    // The launcher must find everything by itself, whatever the test's environment holds.
+    // Without CARGO it does not take itself for started by `cargo run` (cargo test sets the same
+    // variables), which would have it build the library again from every test.
+    for var in ["DMEM_LIB", "DMEM_GDB_SCRIPT", "DMEM_OPTS", "LD_PRELOAD", "CARGO"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("spawn dmem")
+}
+
+fn have_gdb() -> bool {
+    if which("gdb").is_none() {
+        eprintln!("skipped: gdb is not installed (.ci/run installs it)");
+        return false;
+    }
+    true
+}
+
+/// Runs `prog args` under `dmem run -o abort-shutdown` in `dir` and returns the core it reports.
+fn core_of(dir: &Path, prog: &Path, args: &[&str]) -> PathBuf {
+    let out = run(dmem()
+        .args(["run", "-o", "abort-shutdown", "--"])
+        .arg(prog)
+        .args(args)
+        .current_dir(dir));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(134), "{err}");
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .unwrap_or_else(|| {
+            panic!("dmem run named no core file:\n{err}");
+        });
+    let core = PathBuf::from(line);
+    assert!(core.is_file(), "{} does not exist", core.display());
+    core
+}
+
+fn is_core(path: &Path) -> bool {
+    let data = std::fs::read(path).unwrap();
+    data.len() > 64 && data[..4] == *b"\x7fELF" && u16::from_le_bytes([data[16], data[17]]) == 4
+}
+
+#[test]
+fn run_passes_the_exit_status_and_output_through() {
+    let out = run(dmem()
+        .args(["run", "--"])
+        .arg(fixture("launch_status"))
+        .args(["exit", "3"]));
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "launch_status exit 3\n");
+    assert_eq!(text(&out.stderr), "", "a plain run adds nothing of its own");
+}
+
+#[test]
+fn run_reports_death_by_signal_as_128_plus_n() {
+    let out = run(dmem()
+        .arg("run")
+        .arg(fixture("launch_status"))
+        .args(["signal", "15"]));
+    assert_eq!(out.status.code(), Some(128 + 15));
+    let err = text(&out.stderr);
+    assert!(err.contains("killed by SIGTERM"), "{err}");
+}
+
+#[test]
+fn run_with_abort_shutdown_says_the_abort_was_asked_for_and_where_the_core_is() {
+    let dir = scratch_dir("launcher-run-core");
+    let out = run(dmem()
+        .args(["run", "-o", "abort-shutdown", "--"])
+        .arg(fixture("driver"))
+        .current_dir(&dir));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(134), "{err}");
+    assert_eq!(
+        err.matches("aborted at exit, as abort-shutdown asks").count(),
+        1,
+        "{err}"
+    );
+    let core = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .expect(&err);
+    assert!(Path::new(core).starts_with(&dir), "{core}");
+    assert!(is_core(Path::new(core)), "{core} is not a core file");
+    assert!(err.contains("dmem report "), "the next step is named: {err}");
+    // The program's own output is untouched.
+    assert!(text(&out.stdout).starts_with("ABCDEFG"));
+}
+
+#[test]
+fn run_core_dir_moves_the_core_there() {
+    let dir = scratch_dir("launcher-core-dir");
+    let out = run(dmem()
+        .args(["run", "-o", "abort-shutdown", "--core-dir", "cores", "--"])
+        .arg(fixture("driver"))
+        .current_dir(&dir));
+    let err = text(&out.stderr);
+    let core = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .expect(&err);
+    let core = Path::new(core);
+    assert_eq!(core.parent(), Some(dir.join("cores").as_path()), "{err}");
+    assert!(
+        core.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("core.driver."),
+        "{err}"
+    );
+    assert!(is_core(core));
+}
+
+#[test]
+fn run_gcore_writes_the_core_through_gdb_and_keeps_the_status() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-gcore");
+    let out = run(dmem()
+        .args(["run", "--gcore", "-o", "abort-shutdown", "--core-dir", "."])
+        .arg(fixture("driver"))
+        .current_dir(&dir));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(134), "{err}");
+    assert!(
+        text(&out.stdout).starts_with("ABCDEFG"),
+        "the program's output still comes through"
+    );
+    let core = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .expect(&err);
+    assert!(is_core(Path::new(core)), "{err}");
+    let report = run(dmem().arg("report").arg(fixture("driver")).arg(core));
+    assert!(text(&report.stdout).contains("2048"), "{}", text(&report.stderr));
+
+    let out = run(dmem()
+        .args(["run", "--gcore", "--"])
+        .arg(fixture("launch_status"))
+        .args(["exit", "5"]));
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "launch_status exit 5\n");
+}
+
+#[test]
+fn report_prints_the_summary_and_nothing_of_gdb() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-report");
+    let core = core_of(&dir, &fixture("driver"), &[]);
+    let out = run(dmem().arg("report").arg(fixture("driver")).arg(&core));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("2048"), "{stdout}");
+    assert!(
+        !stdout.contains("512 bytes"),
+        "the freed block is not live: {stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.trim_start().starts_with("main")),
+        "{stdout}"
+    );
+    for noise in [
+        "Core was generated",
+        "Program terminated",
+        "[New LWP",
+        "#0 ",
+        "libthread_db",
+        "warning:",
+    ] {
+        assert!(
+            !stdout.contains(noise) && !stderr.contains(noise),
+            "gdb's '{noise}' leaked:\n{stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn report_passes_subcommands_and_their_flags_through() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-report-sub");
+    let core = core_of(&dir, &fixture("driver"), &[]);
+    let report = |words: &[&str]| {
+        let out = run(dmem().arg("report").arg(fixture("driver")).arg(&core).args(words));
+        assert!(out.status.success(), "{words:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let json = report(&["stacks", "--json"]);
+    assert!(json.trim_start().starts_with(['{', '[']), "{json}");
+    assert!(json.contains("2048") && json.contains("main"), "{json}");
+    let walk = report(&["walk"]);
+    let addrs: Vec<&str> = walk.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(addrs.len(), 1, "one live block: {walk}");
+    let addr = addrs[0].split_whitespace().next().unwrap();
+    assert!(addr.starts_with("0x"), "{walk}");
+    let whatis = report(&["whatis", addr]);
+    assert!(whatis.contains("2048"), "{whatis}");
+    // The gdb side's own help comes through `dmem report help`.
+    let help = run(dmem().args(["report", "help", "summary"]));
+    assert!(
+        help.status.success() && text(&help.stdout).contains("summary"),
+        "{}",
+        text(&help.stderr)
+    );
+}
+
+#[test]
+fn report_errors_from_gdb_are_one_line() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-report-error");
+    let core = core_of(&dir, &fixture("driver"), &[]);
+    let out = run(dmem()
+        .arg("report")
+        .arg(fixture("driver"))
+        .arg(&core)
+        .arg("no-such-subcommand"));
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("dmem report: "), "{err}");
+    assert_eq!(text(&out.stdout), "");
+}
+
+/// Every title of the SVG (one per frame box), after checking the whole document parses.
+fn svg_titles(svg: &str) -> Vec<String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let (mut titles, mut in_title, mut root) = (Vec::new(), false, None);
+    loop {
+        match reader.read_event() {
+            Err(e) => panic!("the SVG is not well-formed at {}: {e}", reader.buffer_position()),
+            Ok(Event::Eof) => break,
+            Ok(Event::Start(e)) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                root.get_or_insert(name.clone());
+                in_title = name == "title";
+            }
+            Ok(Event::Text(t)) if in_title => titles.push(String::from_utf8_lossy(&t).into_owned()),
+            Ok(Event::End(_)) => in_title = false,
+            Ok(_) => {}
+        }
+    }
+    assert_eq!(root.as_deref(), Some("svg"));
+    titles
+}
+
+#[test]
+fn flamegraph_draws_a_well_formed_svg_of_the_stacks() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-flamegraph");
+    let core = core_of(&dir, &fixture("launch_tree"), &[]);
+    let svg = dir.join("out.svg");
+    let out = run(dmem()
+        .arg("flamegraph")
+        .arg(fixture("launch_tree"))
+        .arg(&core)
+        .arg("-o")
+        .arg(&svg));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let titles = svg_titles(&std::fs::read_to_string(&svg).unwrap());
+    let frame = |name: &str| {
+        titles
+            .iter()
+            .find(|t| t.starts_with(&format!("{name} (")))
+            .unwrap_or_else(|| panic!("no frame {name} in {titles:?}"))
+            .clone()
+    };
+    // 64 blocks of 1000 bytes under build_tree, 100 under make_label, all under main.
+    assert!(frame("main").starts_with("main (64,100 bytes"), "{titles:?}");
+    assert!(
+        frame("build_tree").starts_with("build_tree (64,000 bytes"),
+        "{titles:?}"
+    );
+    assert!(
+        frame("make_node").starts_with("make_node (64,000 bytes"),
+        "{titles:?}"
+    );
+    assert!(
+        frame("make_label").starts_with("make_label (100 bytes"),
+        "{titles:?}"
+    );
+}
+
+#[test]
+fn demo_prints_the_leak_report_of_the_example() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-demo");
+    let out = run(dmem().args(["demo", "--dir"]).arg(&dir));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    assert!(
+        stdout.contains("$ dmem run -o abort-shutdown -- ./driver"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("$ dmem report ./driver core"), "{stdout}");
+    assert!(stdout.contains("2048"), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.trim_start().starts_with("main")),
+        "{stdout}"
+    );
+    assert!(is_core(&dir.join("core")));
+}
+
+#[test]
+fn install_lays_out_a_prefix_that_works_on_its_own() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("launcher-install");
+    let prefix = dir.join("prefix");
+    let out = run(dmem().args(["install", "--prefix"]).arg(&prefix));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for f in [
+        "bin/dmem",
+        "lib/libdmem.so",
+        "lib/libdmem.so-gdb.py",
+        "share/dmem/dmem.py",
+        "share/dmem/dmem_core.py",
+        "share/dmem/examples/driver",
+    ] {
+        assert!(
+            prefix.join(f).is_file(),
+            "{f} is missing; install said:\n{}",
+            text(&out.stdout)
+        );
+    }
+
+    // The installed launcher uses the installed pieces, here with a home of its own.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let installed = || {
+        let mut cmd = Command::new(prefix.join("bin/dmem"));
+        cmd.env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("LD_PRELOAD");
+        cmd.env_remove("DMEM_LIB")
+            .env_remove("DMEM_GDB_SCRIPT")
+            .current_dir(&dir);
+        cmd
+    };
+    let demo = run(installed().args(["demo", "--dir"]).arg(dir.join("demo")));
+    assert!(demo.status.success(), "{}", text(&demo.stderr));
+    assert!(text(&demo.stdout).contains("2048"), "{}", text(&demo.stdout));
+
+    // A core of a program run by the installed launcher maps the installed library, so gdb
+    // loads the dmem commands by itself once the directory is in its safe path.
+    let driver = prefix.join("share/dmem/examples/driver");
+    let out = run(installed()
+        .args(["run", "-o", "abort-shutdown", "--core-dir", "cores", "--"])
+        .arg(&driver));
+    let err = text(&out.stderr);
+    let core = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .expect(&err)
+        .to_owned();
+    let lib_dir = prefix.join("lib");
+    let gdb = run(Command::new("gdb")
+        .args(["-batch", "-nx", "-q", "-iex"])
+        .arg(format!("add-auto-load-safe-path {}", lib_dir.display()))
+        .arg(&driver)
+        .arg(&core)
+        .args(["-ex", "dmem summary"]));
+    assert!(
+        text(&gdb.stdout).contains("2048"),
+        "{}{}",
+        text(&gdb.stdout),
+        text(&gdb.stderr)
+    );
+
+    // dmem report names the line gdb's init file lacks, and stops once it is there.
+    let line = format!("add-auto-load-safe-path {}", lib_dir.display());
+    let report = run(installed().arg("report").arg(&driver).arg(&core));
+    assert!(report.status.success());
+    assert!(text(&report.stdout).contains("2048"));
+    assert!(text(&report.stderr).contains(&line), "{}", text(&report.stderr));
+    std::fs::write(home.join(".gdbinit"), format!("{line}\n")).unwrap();
+    let report = run(installed().arg("report").arg(&driver).arg(&core));
+    assert!(
+        !text(&report.stderr).contains("add-auto-load-safe-path"),
+        "{}",
+        text(&report.stderr)
+    );
+}
+
+#[test]
+fn bad_arguments_get_one_line_naming_the_problem() {
+    let driver = fixture("driver");
+    let d = driver.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["rnu"], "unknown subcommand 'rnu'"),
+        (&["run"], "no program to run"),
+        (&["run", "-o"], "-o needs"),
+        (&["run", "--frobnicate", "--", d], "unknown option '--frobnicate'"),
+        (&["run", "--", "/no/such/program"], "cannot run"),
+        (&["report"], "needs a program and its core"),
+        (&["report", d], "needs a program and its core"),
+        (&["report", d, "/no/such/core"], "no core file"),
+        (&["report", d, d], "not a core file"),
+        (&["flamegraph", d, d], "-o OUT.svg"),
+        (&["demo", "--frobnicate"], "unknown option"),
+        (&["install", "somewhere"], "--prefix"),
+        (&["help", "nothing"], "not a subcommand"),
+    ];
+    for (args, expect) in cases {
+        let out = run(dmem().args(*args));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{args:?} gave:\n{err}");
+        assert!(err.starts_with("dmem"), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: expected '{expect}' in: {err}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    let out = run(dmem()
+        .args(["run", "--"])
+        .arg(&driver)
+        .env("DMEM_LIB", "/no/such/libdmem.so"));
+    let err = text(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert!(err.contains("DMEM_LIB"), "{err}");
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in ["run", "report", "flamegraph", "demo", "install"] {
+        for args in [vec![sub, "--help"], vec![sub, "-h"], vec!["help", sub]] {
+            let out = run(dmem().args(&args));
+            assert!(out.status.success(), "{args:?}");
+            assert!(
+                text(&out.stdout).starts_with(&format!("Usage: dmem {sub}")),
+                "{args:?}"
+            );
+            assert_eq!(text(&out.stderr), "", "{args:?}");
+        }
+    }
+    let out = run(dmem().arg("--help"));
+    assert!(out.status.success() && text(&out.stdout).contains("dmem run"));
+    // After the program's name, --help is the program's.
+    let out = run(dmem().arg("run").arg(fixture("launch_status")).arg("--help"));
+    assert_eq!(text(&out.stdout), "launch_status --help \n");
+}
