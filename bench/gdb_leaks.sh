@@ -2,63 +2,8 @@
 # Times `dmem leaks` in gdb on a core holding COUNT live blocks (default 1,000,000 blocks of 600
 # bytes, about 730 MB of heap), made with the release build of libdmem. The heap is shaped like
 # a server's (see c-fixtures/leak_many.c): 70% of the blocks reachable through a table and
-# linked lists, 30% leaked, in small structures and alone.
+# linked lists, 30% leaked, in small structures and alone. The figure to compare is gdb + dmem
+# leaks: within 2x of VMware chap's 2.6 s on the same machine, so at most 5.2 s.
 #
 #   bench/gdb_leaks.sh [COUNT [SIZE]]
-#
-# It prints the wall-clock time of gdb opening the core alone, of gdb opening it and running
-# `dmem leaks` (the figure to compare: within 2x of VMware chap's 2.6 s on the same machine, so
-# at most 5.2 s), of the command by itself as timed inside gdb, and the CPU time of the second.
-# Needs gdb, a C compiler and about twice the core's size in free disk space.
-set -eu
-
-count=${1:-1000000}
-size=${2:-600}
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/dmem-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
-
-cd "$root"
-cargo build --release --quiet
-# A private copy, so a rebuild while the benchmark runs cannot mismatch the core.
-cp target/release/libdmem.so "$work/libdmem.so"
-${CC:-cc} -O0 -g -o "$work/leak_many" c-fixtures/leak_many.c
-
-now() { date +%s.%N; }
-elapsed() { echo "$1 $2" | awk '{ printf "%.2f", $2 - $1 }'; }
-
-echo "making a core with $count live blocks of $size bytes..."
-cd "$work"
-if head -c1 /proc/sys/kernel/core_pattern | grep -q '|'; then
-    # Cores go to a crash handler here: stop the program at its abort and write one with gcore.
-    gdb -batch -nx -q -ex "set environment LD_PRELOAD=$work/libdmem.so" \
-        -ex "set environment DMEM_OPTS=abort-shutdown" -ex run -ex "gcore $work/core" \
-        -ex kill --args ./leak_many "$count" "$size" >/dev/null 2>&1
-else
-    (ulimit -c unlimited; DMEM_OPTS=abort-shutdown LD_PRELOAD="$work/libdmem.so" \
-        ./leak_many "$count" "$size") >/dev/null 2>&1 || true
-fi
-core=$(ls "$work"/core* 2>/dev/null | head -n1)
-[ -n "$core" ] || { echo "no core was written (core_pattern: $(cat /proc/sys/kernel/core_pattern))" >&2; exit 1; }
-echo "core: $(du -m "$core" | cut -f1) MB"
-
-# Once untimed, so every timed run finds the core in the page cache alike.
-gdb -batch -nx -q ./leak_many "$core" >/dev/null 2>&1
-
-t0=$(now)
-gdb -batch -nx -q ./leak_many "$core" >/dev/null 2>&1
-# On a busy machine wall time says little; GNU time, if installed, adds the CPU time used.
-timer=""
-[ -x /usr/bin/time ] && timer="/usr/bin/time -o $work/cpu.txt -f %U+%S"
-t1=$(now)
-$timer gdb -batch -nx -q ./leak_many "$core" -ex "source $root/gdb/dmem.py" \
-    -ex 'python import time; _t = time.time()' -ex 'dmem leaks' \
-    -ex 'python print("dmem leaks alone: %.2f s" % (time.time() - _t))' >"$work/out.txt" 2>&1
-t2=$(now)
-
-grep '^total:' "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
-echo "gdb opening the core: $(elapsed "$t0" "$t1") s"
-echo "gdb + dmem leaks: $(elapsed "$t1" "$t2") s"
-grep '^dmem leaks alone' "$work/out.txt"
-[ -s "$work/cpu.txt" ] && echo "gdb + dmem leaks, CPU time: $(awk -F+ '{ printf "%.2f", $1 + $2 }' "$work/cpu.txt") s"
-exit 0
+exec "$(dirname "$0")/core_bench.sh" leaks leak_many "-O0" "${1:-1000000}" "${2:-600}"
