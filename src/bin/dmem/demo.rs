@@ -81,11 +81,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32> {
     println!("Then see which allocation stacks hold the memory that was never freed:");
     println!();
     println!("$ dmem report ./driver {core_name}");
-    report::gdb_command(
-        Some((&driver, &core)),
-        &["dmem".into(), "summary".into()],
-        Sink::Stdout,
-    )?;
+    report::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
     println!();
     println!("Next, in {}:", show(&dir));
     println!("  dmem report ./driver {core_name} stacks            every block with its stack");

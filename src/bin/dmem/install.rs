@@ -9,9 +9,8 @@
 //! ```
 
 use crate::cli::{self, show, Arg, Parser};
-use crate::{failed, locate, usage, Result};
+use crate::{failed, locate, report, usage, Result};
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
@@ -178,25 +177,8 @@ else:
             .unwrap_or(Path::new(""))
             .join("lib")
             .display(),
-        literal = python_bytes(script),
+        literal = report::python_bytes(script),
     )
-}
-
-/// A Python bytes literal for a path, exact whatever bytes it holds.
-fn python_bytes(p: &Path) -> String {
-    let mut s = String::from("b\"");
-    for &b in p.as_os_str().as_bytes() {
-        match b {
-            b'"' | b'\\' => {
-                s.push('\\');
-                s.push(b as char);
-            }
-            0x20..=0x7e => s.push(b as char),
-            _ => s.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    s.push('"');
-    s
 }
 
 /// The line to add to gdb's init file when gdb would not auto-load the installed script, for
@@ -298,7 +280,7 @@ mod tests {
     #[test]
     fn python_literals_keep_every_byte() {
         assert_eq!(
-            python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
+            report::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
             "b\"/a b/\\\"q\\\"/\\xc3\\xa9\""
         );
     }

@@ -11,6 +11,7 @@ use crate::cli::{self, show, Arg, Parser};
 use crate::{elf, failed, install, locate, usage, Fail, Result};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -33,7 +34,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32> {
     if words.first().is_some_and(|w| w == "help") {
         let mut command = vec!["help".to_owned(), "dmem".to_owned()];
         command.extend(words[1..].iter().map(|w| w.to_string_lossy().into_owned()));
-        gdb_command(None, &command, Sink::Stdout)?;
+        gdb_command(None, &gdb_line(&command)?, Sink::Stdout)?;
         return Ok(0);
     }
     if words.len() < 2 {
@@ -47,7 +48,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32> {
         command.push("summary".to_owned());
     }
     command.extend(words[2..].iter().map(|w| w.to_string_lossy().into_owned()));
-    gdb_command(Some((&prog, &core)), &command, Sink::Stdout)?;
+    gdb_command(Some((&prog, &core)), &gdb_line(&command)?, Sink::Stdout)?;
     if let Some(hint) = install::autoload_hint() {
         eprintln!("dmem: {hint}");
     }
@@ -100,20 +101,24 @@ pub enum Sink {
     Capture,
 }
 
-/// Runs `command` (a gdb command line, as words) after loading the dmem script, in gdb with
-/// `PROG CORE` loaded when given. Returns the output when captured.
-pub fn gdb_command(target: Option<(&Path, &Path)>, command: &[String], sink: Sink) -> Result<String> {
+/// A gdb command line of words, each quoted as needed.
+pub fn gdb_line(words: &[String]) -> Result<String> {
+    Ok(words
+        .iter()
+        .map(|w| gdb_word(w))
+        .collect::<Result<Vec<_>>>()?
+        .join(" "))
+}
+
+/// Runs the gdb command `line` after loading the dmem script, in gdb with `PROG CORE` loaded
+/// when given. Returns the output when captured.
+pub fn gdb_command(target: Option<(&Path, &Path)>, line: &str, sink: Sink) -> Result<String> {
     let gdb = locate::gdb()?;
     let script = locate::script()?;
     let marker = format!("@@dmem-report-{}@@", std::process::id());
     let mark = format!(
         "python import sys; print('{marker}'); sys.stdout.flush(); sys.stderr.write('{marker}\\n'); sys.stderr.flush()"
     );
-    let line = command
-        .iter()
-        .map(|w| gdb_word(w))
-        .collect::<Result<Vec<_>>>()?
-        .join(" ");
     let mut cmd = Command::new(gdb);
     cmd.args(["-batch", "-nx", "-q"])
         .args(["-iex", "set debuginfod enabled off"])
@@ -134,7 +139,7 @@ pub fn gdb_command(target: Option<(&Path, &Path)>, command: &[String], sink: Sin
     cmd.arg("-ex").arg(&mark);
     cmd.arg("-ex").arg(format!("source {}", script.display()));
     cmd.arg("-ex").arg(&mark);
-    cmd.arg("-ex").arg(&line);
+    cmd.arg("-ex").arg(line);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -246,7 +251,26 @@ fn gdb_failure(
             show(script)
         ));
     }
-    failed(command_error.unwrap_or_else(|| format!("gdb exited with {status} and no message")))
+    // The script's own errors start with "dmem: ", which the launcher's prefix already says.
+    let message = command_error.map(|l| l.strip_prefix("dmem: ").map(str::to_owned).unwrap_or(l));
+    failed(message.unwrap_or_else(|| format!("gdb exited with {status} and no message")))
+}
+
+/// A Python bytes literal for a path, exact whatever bytes it holds.
+pub fn python_bytes(p: &Path) -> String {
+    let mut s = String::from("b\"");
+    for &b in p.as_os_str().as_bytes() {
+        match b {
+            b'"' | b'\\' => {
+                s.push('\\');
+                s.push(b as char);
+            }
+            0x20..=0x7e => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
 }
 
 /// One word of a gdb command line, quoted when it has blanks: the script splits its arguments
