@@ -5,15 +5,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// `libdmem.so` of the profile the tests were built with (`target/<profile>/libdmem.so`).
+/// `libdmem.so` of the profile the tests were built with: the copy in `target/<profile>/deps`,
+/// which this very test build produced, else `target/<profile>/libdmem.so`.
 pub fn lib_path() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test binary>
-    let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
-    let lib = profile_dir.join("libdmem.so");
+    let deps = exe.parent().expect("deps dir");
+    let fresh = deps.join("libdmem.so");
+    if fresh.exists() {
+        return fresh;
+    }
+    let lib = deps.parent().expect("profile dir").join("libdmem.so");
     assert!(
         lib.exists(),
-        "{} is missing: build the library first",
+        "{} is missing: run `cargo build --release` first",
         lib.display()
     );
     lib

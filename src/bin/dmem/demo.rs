@@ -85,6 +85,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32> {
     println!();
     println!("Next, in {}:", show(&dir));
     println!("  dmem report ./driver {core_name} stacks            every block with its stack");
+    println!("  dmem report ./driver {core_name} leaks             the blocks nothing points to");
     println!("  dmem flamegraph ./driver {core_name} -o demo.svg   the same as a flame graph");
     Ok(0)
 }
