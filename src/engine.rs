@@ -176,15 +176,22 @@ pub fn usable_size(user: *mut u8) -> usize {
     if !(user as usize).is_multiple_of(BASE_ALIGN) {
         return 0;
     }
+    let hdr = header::from_user(user);
     // SAFETY: as in `claim`, the header of one of our blocks precedes it.
-    let h = unsafe { &*header::from_user(user) };
-    if h.magic != header::MAGIC_LIVE {
+    if unsafe { (*hdr).magic } != header::MAGIC_LIVE {
         return 0;
     }
+    usable_of(real, hdr)
+}
+
+/// What the backend grants a block beyond our lead, never less than was asked for.
+fn usable_of(real: &Real, hdr: *mut Header) -> usize {
+    // SAFETY: `hdr` is a header of ours (live, or claimed by the caller).
+    let h = unsafe { &*hdr };
     let lead = header::lead_for(h.align_log2());
     match real.usable_size {
         // SAFETY: the base pointer is what the backend returned for this block.
-        Some(f) => unsafe { f(header::base_of(header::from_user(user), h.align_log2()).cast()) }
+        Some(f) => unsafe { f(header::base_of(hdr, h.align_log2()).cast()) }
             .saturating_sub(lead)
             .max(h.size()),
         None => h.size(),
@@ -212,13 +219,11 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
     let Some(real) = bootstrap::real() else {
         return core::ptr::null_mut();
     };
-    // What an aligned block (moved by hand below) must keep is measured while it is still live.
-    let usable = usable_size(user);
     let Some(hdr) = claim("realloc", user) else {
         return core::ptr::null_mut();
     };
     // SAFETY: we own the claimed header.
-    let (old_size, align_log2) = unsafe { ((*hdr).size(), (*hdr).align_log2()) };
+    let align_log2 = unsafe { (*hdr).align_log2() };
     let saved = errno();
     if align_log2 != 0 {
         // The backend's realloc would not keep the alignment or our lead: move by hand.
@@ -228,7 +233,7 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
             return new;
         }
         // glibc keeps what was written up to malloc_usable_size, not just the requested size.
-        let keep = usable.max(old_size).min(size);
+        let keep = usable_of(real, hdr).min(size);
         // SAFETY: the old block holds `usable_size` bytes, the new one `size`; they are distinct.
         unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
         dispose(real, hdr);

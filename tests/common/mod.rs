@@ -109,19 +109,27 @@ pub fn make_core(dir: &Path, prog: &Path, args: &[&str], opts: &str, lib: &Path)
             pattern.trim()
         );
     }
-    let core = dir.join("core.gcore");
+    let setup = [
+        format!("set environment LD_PRELOAD={}", lib.display()),
+        format!("set environment DMEM_OPTS={opts}"),
+        "run".to_owned(),
+    ];
+    gcore_after(dir, &setup, "core.gcore", prog, args)
+}
+
+/// Runs `prog args` under gdb in `dir` with the `setup` commands (which end by running it to
+/// where it stops), writes a core of it there with gdb's `gcore` and returns the core's path.
+pub fn gcore_after(dir: &Path, setup: &[String], name: &str, prog: &Path, args: &[&str]) -> PathBuf {
+    let core = dir.join(name);
     let mut cmd = Command::new("gdb");
     cmd.args(["-batch", "-nx", "-q"])
-        .arg("-ex")
-        .arg(format!("set environment LD_PRELOAD={}", lib.display()))
-        .arg("-ex")
-        .arg(format!("set environment DMEM_OPTS={opts}"))
-        .args(["-ex", "run", "-ex"])
-        .arg(format!("gcore {}", core.display()))
-        .args(["-ex", "kill", "--args"])
-        .arg(prog)
-        .args(args)
-        .current_dir(dir);
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD");
+    for c in setup {
+        cmd.arg("-ex").arg(c);
+    }
+    cmd.arg("-ex").arg(format!("gcore {}", core.display()));
+    cmd.args(["-ex", "kill", "--args"]).arg(prog).args(args);
     let out = output(&mut cmd);
     assert!(
         core.exists(),
