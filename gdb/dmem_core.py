@@ -304,7 +304,8 @@ def find_layouts(mem, ranges):
     For when the symbol cannot be used: gdb has no symbols for libdmem.so (the core is opened
     where the library is not at the path the process used) or has a different build of it.  The
     descriptor is relocated data, so it lies in a written page of libdmem's mapping, which every
-    core holds.  Each hit is checked as thoroughly as a descriptor found by its symbol.
+    core holds.  Each hit is checked as thoroughly as a descriptor found by its symbol, which also
+    rejects the file's unrelocated copy that the text mapping's last page may show.
     """
     mem = as_memory(mem)
     needle = struct.pack("<Q", LAYOUT_MAGIC)
@@ -361,6 +362,10 @@ def _layout_insane(L):
                  "list_off_allocs", "list_off_frees"):
         if getattr(L, name) + 8 > L.list_stride:
             return "%s beyond the list stride" % name
+    if not L.lists or not L.flags:
+        # The library file's own copy, before the loader relocated it: seen when the last page
+        # of the text mapping also holds the start of the data (both map one page of the file).
+        return "its pointers are null (an unrelocated copy from the library file)"
     return None
 
 

@@ -93,6 +93,18 @@ class LayoutTests(unittest.TestCase):
         fh.write_descriptor()
         self.assertEqual(core.find_layouts(core.Memory(fh.mem.read), ranges), [])
 
+    def test_unrelocated_descriptor_is_refused(self):
+        # The library file's copy of the descriptor, as the text mapping's last page can show
+        # it: every field but the pointers, which the loader has not filled in there.
+        fh = FakeHeap()
+        fh.words["lists"] = 0
+        fh.words["flags"] = 0
+        fh.write_descriptor()
+        with self.assertRaisesRegex(core.LayoutError, "unrelocated"):
+            fh.heap()
+        ranges = [(FakeHeap.LAYOUT - 0x1000, FakeHeap.LAYOUT + 0x1000)]
+        self.assertEqual(core.find_layouts(core.Memory(fh.mem.read), ranges), [])
+
     def test_not_recording(self):
         fh = FakeHeap(recording=False)
         a = analysis(fh)
