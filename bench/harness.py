@@ -122,24 +122,42 @@ def main():
         print(f"{'workload':<8}  {'tool':<15} {'runs':>4}  {'wall (median)':>13}  {'ratio':>6}  "
               f"{'cpu (median)':>12}  {'ratio':>6}")
         for wname, argv, extra_env in workloads:
-            bare = None
-            for tname, runs, wrap in tool_list:
-                cmd, env = wrap(list(argv), dict(base, **extra_env))
-                walls, cpus = [], []
-                try:
-                    for _ in range(runs):
-                        w, c = run_once(cmd, env, scratch)
-                        walls.append(w)
-                        cpus.append(c)
-                except RuntimeError as e:
-                    print(f"{wname:<8}  {tname:<15} failed: {e}", file=sys.stderr)
-                    continue
-                wall, cpu = statistics.median(walls), statistics.median(cpus)
-                if bare is None:
-                    bare = (wall, cpu)
-                print(f"{wname:<8}  {tname:<15} {runs:>4}  {wall:>11.2f} s  {wall / bare[0]:>5.2f}x  "
-                      f"{cpu:>10.2f} s  {cpu / bare[1]:>5.2f}x", flush=True)
+            measure(wname, argv, extra_env, base, tool_list, scratch)
 
+
+def measure(wname, argv, extra_env, base, tool_list, scratch):
+    """Runs one workload under every tool and prints a line per tool. The runs are interleaved,
+    one of each tool per round, so that a machine that speeds up or slows down during the bench
+    moves every tool's figures alike instead of favouring whichever ran in the fast minutes."""
+    commands = {}
+    for tname, runs, wrap in tool_list:
+        cmd, env = wrap(list(argv), dict(base, **extra_env))
+        commands[tname] = (runs, cmd, env)
+    times = {tname: ([], []) for tname in commands}
+    failed = set()
+    for rnd in range(max(runs for runs, _, _ in commands.values())):
+        for tname, (runs, cmd, env) in commands.items():
+            if rnd >= runs or tname in failed:
+                continue
+            try:
+                w, c = run_once(cmd, env, scratch)
+            except RuntimeError as e:
+                print(f"{wname:<8}  {tname:<15} failed: {e}", file=sys.stderr)
+                failed.add(tname)
+                continue
+            times[tname][0].append(w)
+            times[tname][1].append(c)
+    if not times["bare"][0]:
+        return  # without the bare run there is nothing to compare against; the error is printed
+    bare = None
+    for tname, (walls, cpus) in times.items():
+        if tname in failed or not walls:
+            continue
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        if bare is None:
+            bare = (wall, cpu)
+        print(f"{wname:<8}  {tname:<15} {len(walls):>4}  {wall:>11.2f} s  {wall / bare[0]:>5.2f}x  "
+              f"{cpu:>10.2f} s  {cpu / bare[1]:>5.2f}x", flush=True)
 
 if __name__ == "__main__":
     main()
