@@ -12,6 +12,7 @@
 //! unwinds through these `C-unwind` frames into the program.
 
 use crate::engine;
+use crate::unwind::{self, Origin};
 use libc::c_void;
 
 type Handler = unsafe extern "C-unwind" fn();
@@ -24,10 +25,10 @@ fn cxx_symbol(name: &core::ffi::CStr) -> *mut c_void {
 
 /// The loop every allocating operator runs: allocate, and on failure ask the new-handler.
 /// Returns null only for the nothrow forms.
-unsafe fn new_impl(size: usize, align: usize, nothrow: bool) -> *mut c_void {
+unsafe fn new_impl(size: usize, align: usize, nothrow: bool, from: Origin) -> *mut c_void {
     let log2 = if align <= 16 { 0 } else { align.trailing_zeros() };
     loop {
-        let p = engine::allocate(size, log2, false);
+        let p = engine::allocate(size, log2, false, from);
         if !p.is_null() {
             return p.cast();
         }
@@ -65,7 +66,9 @@ macro_rules! new_ops {
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> *mut c_void {
             // SAFETY: forwarded under the same contract.
-            unsafe { new_impl($size, $align, $nothrow) }
+            let p = unsafe { new_impl($size, $align, $nothrow, unwind::here()) };
+            // The stack walk reads this frame: keep the call above from becoming a tail call.
+            core::hint::black_box(p)
         }
     )*};
 }

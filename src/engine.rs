@@ -1,39 +1,72 @@
 //! The one allocate, reallocate and release path behind every exported entry point.
 //!
 //! Order on the hot path: allocate from the backend, fill the header (the stack is captured here,
-//! before any lock), then link under the list's lock. Release claims the header atomically, then
-//! unlinks under the lock, then frees. errno is left as the caller had it on success.
+//! before any lock), then link under the list's lock. Release claims the header and unlinks it
+//! under that same lock (or, when nothing is recorded, claims it atomically), then frees. errno is
+//! left as the caller had it on success.
 
 use crate::bootstrap::{self, Real};
 use crate::diag::{self, BadFree};
 use crate::header::{self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, SIZE_MASK};
+use crate::unwind::Origin;
 use crate::{lists, options, thread, unwind};
 
-fn errno() -> i32 {
-    // SAFETY: __errno_location always returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
+/// The calling thread's errno, found once per call: saved on entry and put back on success, since
+/// the backend and our own slow paths may change it.
+struct Errno(*mut i32, i32);
 
-fn set_errno(v: i32) {
-    // SAFETY: as in `errno`.
-    unsafe { *libc::__errno_location() = v }
+impl Errno {
+    #[inline(always)]
+    fn save() -> Errno {
+        // SAFETY: __errno_location always returns the calling thread's errno slot, valid for the
+        // thread's lifetime.
+        unsafe {
+            let slot = libc::__errno_location();
+            Errno(slot, *slot)
+        }
+    }
+
+    #[inline(always)]
+    fn restore(&self) {
+        // SAFETY: the slot found in `save`, on this same thread.
+        unsafe { *self.0 = self.1 }
+    }
+
+    fn fail(&self, code: i32) -> *mut u8 {
+        // SAFETY: as in `restore`.
+        unsafe { *self.0 = code };
+        core::ptr::null_mut()
+    }
 }
 
 fn enomem() -> *mut u8 {
-    set_errno(libc::ENOMEM);
+    // SAFETY: __errno_location always returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = libc::ENOMEM };
     core::ptr::null_mut()
+}
+
+/// The stack a new header gets: walked from an origin, or already taken (by realloc, before the
+/// old block went away).
+enum Stack<'a> {
+    From(Origin),
+    Taken(&'a [usize; header::NFRAMES]),
+}
+
+/// Walks the allocating stack into `frames`.
+#[inline(always)]
+fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) {
+    match thread::Guard::enter() {
+        Some(_g) => unwind::capture(from, frames),
+        // A nested call from inside libdmem (the unwinder's first use): no stack.
+        None => *frames = [0; header::NFRAMES],
+    }
 }
 
 /// Fills in a header for a block that is about to be handed out, and links it.
 ///
 /// # Safety
 /// `hdr` must be the header slot of a fresh backend block of at least `HEADER_SIZE + size` bytes.
-unsafe fn publish(
-    hdr: *mut Header,
-    size: usize,
-    align_log2: u32,
-    frames: Option<&[usize; header::NFRAMES]>,
-) -> *mut u8 {
+unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) -> *mut u8 {
     let opts = options::get();
     let list = thread::home_list(lists::NLISTS);
     // SAFETY: the caller hands us exclusive use of the header slot.
@@ -42,13 +75,9 @@ unsafe fn publish(
     h.tid = thread::tid();
     h.magic = header::MAGIC_LIVE;
     if opts.record {
-        match frames {
-            Some(f) => h.frames = *f,
-            None => match thread::Guard::enter() {
-                Some(_g) => unwind::capture(&mut h.frames),
-                // A nested call from inside libdmem (the unwinder's first use): no stack.
-                None => h.frames = [0; header::NFRAMES],
-            },
+        match stack {
+            Stack::Taken(f) => h.frames = *f,
+            Stack::From(from) => record(from, &mut h.frames),
         }
         // SAFETY: the header is fully written and on no list.
         unsafe { lists::link(hdr) };
@@ -60,16 +89,17 @@ unsafe fn publish(
     header::to_user(hdr)
 }
 
-/// Allocates `size` bytes aligned to `1 << align_log2` (0 for the ordinary 16), zeroed if asked.
-/// Returns null with errno ENOMEM on failure.
-pub fn allocate(size: usize, align_log2: u32, zeroed: bool) -> *mut u8 {
+/// Allocates `size` bytes aligned to `1 << align_log2` (0 for the ordinary 16), zeroed if asked,
+/// recording the stack above `from`. Returns null with errno ENOMEM on failure.
+#[inline(always)]
+pub fn allocate(size: usize, align_log2: u32, zeroed: bool, from: Origin) -> *mut u8 {
     let Some(real) = bootstrap::real() else {
         return arena(size, 1 << align_log2);
     };
     if size as u64 > SIZE_MASK {
         return enomem();
     }
-    let saved = errno();
+    let saved = Errno::save();
     let total = size + header::lead_for(align_log2);
     // SAFETY: calling the next allocator with sizes that cannot overflow (size < 2^48).
     let base = unsafe {
@@ -97,11 +127,12 @@ pub fn allocate(size: usize, align_log2: u32, zeroed: bool) -> *mut u8 {
         }
     };
     if base.is_null() {
-        return enomem();
+        return saved.fail(libc::ENOMEM);
     }
+    let hdr = header::from_base(base.cast(), align_log2);
     // SAFETY: a fresh backend block of `total` bytes, so the header slot and user bytes are ours.
-    let user = unsafe { publish(header::from_base(base.cast(), align_log2), size, align_log2, None) };
-    set_errno(saved);
+    let user = unsafe { publish(hdr, size, align_log2, Stack::From(from)) };
+    saved.restore();
     user
 }
 
@@ -114,8 +145,9 @@ fn arena(size: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// Validates a pointer given to free or realloc and claims its header. None after a bad free
-/// was reported and ignored.
+/// Validates a pointer given to free or realloc and claims its header: when recording, also takes
+/// it off its list. None after a bad free was reported and ignored.
+#[inline(always)]
 fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
     if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
         diag::bad_free(func, user, BadFree::Foreign, None);
@@ -124,7 +156,14 @@ fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
     let hdr = header::from_user(user);
     // SAFETY: a pointer we handed out has a header right before it; for a foreign pointer the
     // read may see anything (its magic then fails) and the check above kept it aligned.
-    match unsafe { header::claim(hdr) } {
+    let claimed = unsafe {
+        if options::get().record {
+            lists::take(hdr)
+        } else {
+            header::claim(hdr)
+        }
+    };
+    match claimed {
         Ok(()) => Some(hdr),
         Err(MAGIC_FREED) => {
             // SAFETY: the magic says this was our header; its other fields are still readable.
@@ -138,30 +177,41 @@ fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
     }
 }
 
-/// Takes a claimed header off the lists and gives its block back to the backend.
+/// Undoes a claim when a realloc fails and the old block stays live.
+fn unclaim(hdr: *mut Header) {
+    // SAFETY: we hold the claim, so no other thread touches this header.
+    unsafe {
+        if options::get().record {
+            lists::restore(hdr);
+        } else {
+            header::magic(hdr).store(header::MAGIC_LIVE, core::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+/// Gives the block of a claimed header back to the backend.
+#[inline(always)]
 fn dispose(real: &Real, hdr: *mut Header) {
-    // SAFETY: the caller won the claim on `hdr`, so it is ours alone and (if recording) on its
-    // list; afterwards nothing refers to the block.
+    // SAFETY: the caller won the claim on `hdr` (which took it off its list), so it is ours
+    // alone; afterwards nothing refers to the block.
     unsafe {
         let align_log2 = (*hdr).align_log2();
-        if options::get().record {
-            lists::unlink(hdr);
-        }
         (real.free)(header::base_of(hdr, align_log2).cast());
     }
 }
 
 /// free(): null is a no-op, arena blocks are never freed.
+#[inline(always)]
 pub fn release(user: *mut u8) {
     if user.is_null() || bootstrap::arena_contains(user) {
         return;
     }
     let Some(real) = bootstrap::real() else { return };
-    let saved = errno();
+    let saved = Errno::save();
     if let Some(hdr) = claim("free", user) {
         dispose(real, hdr);
     }
-    set_errno(saved);
+    saved.restore();
 }
 
 /// The usable size of a block we handed out: what the backend grants minus our lead.
@@ -198,17 +248,18 @@ fn usable_of(real: &Real, hdr: *mut Header) -> usize {
     }
 }
 
-/// realloc(): glibc's contract, including realloc(NULL, n) and realloc(p, 0) freeing p.
-pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
+/// realloc(): glibc's contract, including realloc(NULL, n) and realloc(p, 0) freeing p. A moved
+/// or resized block records the stack above `from`.
+pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     if user.is_null() {
-        return allocate(size, 0, false);
+        return allocate(size, 0, false, from);
     }
     if size == 0 {
         release(user);
         return core::ptr::null_mut();
     }
     if bootstrap::arena_contains(user) {
-        let new = allocate(size, 0, false);
+        let new = allocate(size, 0, false, from);
         if !new.is_null() {
             let n = bootstrap::arena_size(user).min(size);
             // SAFETY: both blocks hold at least n bytes and are distinct.
@@ -224,10 +275,10 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
     };
     // SAFETY: we own the claimed header.
     let align_log2 = unsafe { (*hdr).align_log2() };
-    let saved = errno();
+    let saved = Errno::save();
     if align_log2 != 0 {
         // The backend's realloc would not keep the alignment or our lead: move by hand.
-        let new = allocate(size, 0, false);
+        let new = allocate(size, 0, false, from);
         if new.is_null() {
             unclaim(hdr);
             return new;
@@ -237,41 +288,28 @@ pub fn reallocate(user: *mut u8, size: usize) -> *mut u8 {
         // SAFETY: the old block holds `usable_size` bytes, the new one `size`; they are distinct.
         unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
         dispose(real, hdr);
-        set_errno(saved);
+        saved.restore();
         return new;
     }
     if size as u64 > SIZE_MASK {
         unclaim(hdr);
-        return enomem();
+        return saved.fail(libc::ENOMEM);
     }
+    // The stack is taken before the backend's realloc, while no lock is held and the old block is
+    // still intact should the realloc fail.
     let mut frames = [0usize; header::NFRAMES];
-    let recording = options::get().record;
-    if recording {
-        if let Some(_g) = thread::Guard::enter() {
-            unwind::capture(&mut frames);
-        }
-        // SAFETY: claimed, so on its list and ours alone.
-        unsafe { lists::unlink(hdr) };
+    if options::get().record {
+        record(from, &mut frames);
     }
     // SAFETY: hdr is the base of an ordinary block from this backend.
     let base = unsafe { (real.realloc)(hdr.cast(), size + HEADER_SIZE) };
     if base.is_null() {
         // The old block is untouched: put it back as it was.
-        if recording {
-            // SAFETY: still a valid header, now on no list.
-            unsafe { lists::link(hdr) };
-        }
         unclaim(hdr);
-        return enomem();
+        return saved.fail(libc::ENOMEM);
     }
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
-    let new = unsafe { publish(base.cast(), size, 0, Some(&frames)) };
-    set_errno(saved);
+    let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames)) };
+    saved.restore();
     new
-}
-
-/// Undoes a claim when a realloc fails and the old block stays live.
-fn unclaim(hdr: *mut Header) {
-    // SAFETY: we hold the claim, so no other thread touches this header.
-    unsafe { (*hdr).magic = header::MAGIC_LIVE };
 }

@@ -1,9 +1,11 @@
 //! The exported malloc family. Each function is a thin wrapper: argument rules that glibc
 //! documents (overflow checks, alignment rules) and the trace line, over the one internal path in
-//! `engine.rs`.
+//! `engine.rs`. Each allocating one takes `unwind::here()` in its own frame, where the stack walk
+//! starts; the trace line after the call keeps that frame alive (no tail call) until it is done.
 
 use crate::diag::{self, Out};
 use crate::engine;
+use crate::unwind::{self, Origin};
 use libc::{c_int, c_void, size_t};
 
 fn page_size() -> usize {
@@ -28,9 +30,9 @@ fn memalign_log2(align: usize) -> Result<u32, c_int> {
     Ok(align.trailing_zeros())
 }
 
-fn aligned(align: usize, size: usize) -> *mut u8 {
+fn aligned(align: usize, size: usize, from: Origin) -> *mut u8 {
     match memalign_log2(align) {
-        Ok(log2) => engine::allocate(size, log2, false),
+        Ok(log2) => engine::allocate(size, log2, false, from),
         Err(e) => {
             // SAFETY: errno slot of the calling thread.
             unsafe { *libc::__errno_location() = e };
@@ -61,7 +63,7 @@ fn traced(name: &str, args: &[usize]) -> Option<Out> {
 /// The C malloc contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    let p = engine::allocate(size, 0, false);
+    let p = engine::allocate(size, 0, false, unwind::here());
     trace_result(traced("malloc", &[size]), p);
     p.cast()
 }
@@ -71,7 +73,7 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
     let p = match nmemb.checked_mul(size) {
-        Some(total) => engine::allocate(total, 0, true),
+        Some(total) => engine::allocate(total, 0, true, unwind::here()),
         None => {
             // SAFETY: errno slot of the calling thread.
             unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -86,7 +88,7 @@ pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
 /// The C realloc contract: `ptr` is null or a live block from this allocator.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
-    let p = engine::reallocate(ptr.cast(), size);
+    let p = engine::reallocate(ptr.cast(), size, unwind::here());
     if let Some(mut out) = diag::trace() {
         out.str("realloc(").ptr(ptr.cast()).str(", ").dec(size as u64);
         trace_result(Some(out), p);
@@ -123,7 +125,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 /// The C memalign contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
-    let p = aligned(align, size);
+    let p = aligned(align, size, unwind::here());
     trace_result(traced("memalign", &[align, size]), p);
     p.cast()
 }
@@ -132,7 +134,7 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 /// The C11 aligned_alloc contract; glibc 2.36 treats it exactly as memalign.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
-    let p = aligned(align, size);
+    let p = aligned(align, size, unwind::here());
     trace_result(traced("aligned_alloc", &[align, size]), p);
     p.cast()
 }
@@ -147,7 +149,7 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
     } else {
         // SAFETY: errno slot of the calling thread; POSIX says posix_memalign leaves it alone.
         let saved = unsafe { *libc::__errno_location() };
-        let p = aligned(align, size);
+        let p = aligned(align, size, unwind::here());
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = saved };
         if p.is_null() {
@@ -179,7 +181,7 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
 /// The C valloc contract.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
-    let p = aligned(page_size(), size);
+    let p = aligned(page_size(), size, unwind::here());
     trace_result(traced("valloc", &[size]), p);
     p.cast()
 }
@@ -190,7 +192,7 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
     let page = page_size();
     let p = match size.checked_add(page - 1) {
-        Some(s) => aligned(page, s & !(page - 1)),
+        Some(s) => aligned(page, s & !(page - 1), unwind::here()),
         None => {
             // SAFETY: errno slot of the calling thread.
             unsafe { *libc::__errno_location() = libc::ENOMEM };

@@ -52,8 +52,9 @@ const CACHE_SLOTS: usize = 1 << CACHE_BITS;
 const MAX_STEPS: usize = NFRAMES + OWN_SLOTS;
 
 /// Slots of a thread's `prev` for libdmem's own frames, which lie between the walk's start and
-/// the allocation function's caller (three or four of them).
-const OWN_SLOTS: usize = 8;
+/// the allocation function's caller: the exported function's own, and one more where an export
+/// calls another (reallocarray, realloc).
+const OWN_SLOTS: usize = 4;
 
 /// One cache slot: `check` is the key xor the rule. An empty slot has rule 0, which no valid rule
 /// encodes to.
@@ -168,7 +169,7 @@ pub fn invalidate() {
 }
 
 /// log2 of the slots in each thread's own memo of rules, which sits in front of the shared cache.
-const MEMO_BITS: u32 = 6;
+const MEMO_BITS: u32 = 5;
 const MEMO_SLOTS: usize = 1 << MEMO_BITS;
 
 /// What a thread keeps for its walks, in one thread-local so a walk pays for one thread-local
@@ -193,12 +194,14 @@ struct Local {
 }
 
 /// log2 of the shapes a thread keeps.
-const SHAPE_BITS: u32 = 3;
+const SHAPE_BITS: u32 = 4;
 const SHAPES: usize = 1 << SHAPE_BITS;
 
 /// Words a shape checks at most: a return address per step and, for frames found through
-/// %rbp, the word %rbp was restored from.
-const CHECKS: usize = 2 * MAX_STEPS;
+/// %rbp, the word %rbp was restored from. A walk that needs more (frame pointers in every frame
+/// and a deep start) is not kept; the bound keeps sixteen shapes within the thread's budget.
+const CHECKS: usize = 24;
+const _: () = assert!(CHECKS <= u32::BITS as usize);
 
 /// Marks a check of a word that holds a stack address, compared relative to the walk's start.
 const RELATIVE: u16 = 1 << 15;
@@ -226,9 +229,8 @@ struct Shape {
     bp0: Option<usize>,
     /// The highest CFA, relative: it must still lie on the stack.
     top: usize,
-    /// The frames recorded.
-    n: usize,
-    frames: [usize; NFRAMES],
+    /// Which checks are of recorded return addresses: their `want` values are the frames.
+    frames: u32,
 }
 
 const NO_SHAPE: Shape = Shape {
@@ -237,8 +239,7 @@ const NO_SHAPE: Shape = Shape {
     want: [0; CHECKS],
     bp0: None,
     top: 0,
-    n: 0,
-    frames: [0; NFRAMES],
+    frames: 0,
 };
 
 /// A shape being recorded by a walk.
@@ -339,6 +340,7 @@ fn query_stack() -> (usize, usize) {
 }
 
 /// The registers a walk carries from frame to frame.
+#[derive(Clone, Copy)]
 struct Regs {
     pc: usize,
     sp: usize,
@@ -417,12 +419,17 @@ fn step(rule: Rule, r: &Regs, b: &Bounds) -> Option<Step> {
     })
 }
 
-/// Fills `out` with return addresses, innermost first, skipping the leading ones for which
-/// `skip` is true (libdmem's own frames). Entries past the last frame found are left alone.
-/// Returns false, having written nothing, when the walk cannot be bounded to this thread's stack;
-/// the caller then uses another unwinder.
-#[inline(never)]
-pub fn capture(out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+/// Where a walk starts: the registers of one instant in a frame that is still active when the
+/// walk runs. Taken in the exported allocation function itself, so that libdmem's inner frames
+/// cost no steps.
+#[derive(Clone, Copy)]
+pub struct Origin(Regs);
+
+/// The calling function's registers, for a walk started from within a function it calls. The
+/// function that takes them must not return, nor end in a tail call, before the walk: the walk
+/// reads its frame.
+#[inline(always)]
+pub fn here() -> Origin {
     let (pc, sp, bp): (usize, usize, usize);
     // SAFETY: copies three registers into outputs and touches neither memory nor the stack. The
     // three values describe one instant: the program counter is that of the instruction after
@@ -439,12 +446,42 @@ pub fn capture(out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool
             options(nomem, nostack, preserves_flags),
         );
     }
+    Origin(Regs { pc, sp, bp })
+}
+
+/// Fills `out` with return addresses, innermost first, from the frame `from` was taken in,
+/// skipping the leading ones for which `skip` is true (libdmem's own frames). Entries past the
+/// last frame found are left alone. Returns false, having written nothing, when the walk cannot
+/// be bounded to this thread's stack; the caller then uses another unwinder.
+#[inline(never)]
+pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
     LOCAL.with(|cell| {
         // SAFETY: only `capture` touches LOCAL, and it is never re-entered on one thread: its
         // caller holds the reentrancy guard, and a nested allocation takes the untracked path.
         let local = unsafe { &mut *cell.get() };
-        walk(local, Regs { pc, sp, bp }, out, skip)
+        walk(local, from.0, out, skip)
     })
+}
+
+/// Which of the thread's shapes a walk from `regs` uses: by the stack pointer and the return
+/// address into the first caller, since distinct allocation sites often call from the same stack
+/// depth. The first step costs little: its rule is nearly always the previous walk's.
+#[inline(always)]
+fn shape_index(
+    prev: &mut [(usize, u64); MAX_STEPS],
+    memo: &mut [(usize, u64); MEMO_SLOTS],
+    regs: &Regs,
+    b: &Bounds,
+    generation: u64,
+) -> usize {
+    let rule = rule_for(prev, memo, 0, regs.pc, generation);
+    let ra = if rule.is_end() {
+        0
+    } else {
+        step(rule, regs, b).map_or(0, |s| s.regs.pc)
+    };
+    let key = (regs.sp as u64) ^ (ra as u64).rotate_left(29);
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHAPE_BITS)) as usize
 }
 
 #[inline(always)]
@@ -463,7 +500,7 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
         local.generation = generation;
     }
     let sp0 = regs.sp;
-    let which = ((sp0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHAPE_BITS)) as usize;
+    let which = shape_index(&mut local.prev, &mut local.memo, &regs, &bounds, generation);
     if replay(&local.shapes[which], sp0, regs.bp, &bounds, out) {
         #[cfg(test)]
         tests::REPLAYS.with(|r| r.set(r.get() + 1));
@@ -473,6 +510,7 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
     let shape = &mut local.shapes[which];
     shape.len = 0;
     shape.bp0 = None;
+    shape.frames = 0;
     let mut rec = Recorder {
         shape,
         ok: true,
@@ -524,16 +562,17 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
         if n > 0 || !skip(regs.pc) {
             out[n] = regs.pc;
             n += 1;
+            if rec.ok {
+                // The check just pushed is this return address.
+                rec.shape.frames |= 1 << (rec.shape.len - 1);
+            }
             if n == NFRAMES {
                 break;
             }
         }
         lookup = regs.pc - 1;
     }
-    if rec.ok {
-        rec.shape.n = n;
-        rec.shape.frames[..n].copy_from_slice(&out[..n]);
-    } else {
+    if !rec.ok {
         rec.shape.len = 0;
     }
     true
@@ -558,8 +597,14 @@ fn replay(shape: &Shape, sp0: usize, bp0: usize, b: &Bounds, out: &mut [usize; N
             return false;
         }
     }
-    let n = shape.n.min(NFRAMES);
-    out[..n].copy_from_slice(&shape.frames[..n]);
+    let mut frames = shape.frames;
+    for slot in out.iter_mut() {
+        if frames == 0 {
+            break;
+        }
+        *slot = shape.want[frames.trailing_zeros() as usize];
+        frames &= frames - 1;
+    }
     true
 }
 
@@ -909,7 +954,7 @@ mod tests {
     #[inline(never)]
     fn nest(depth: usize, out: &mut [usize; NFRAMES]) -> bool {
         if depth == 0 {
-            capture(out, |_| false)
+            capture(here(), out, |_| false)
         } else {
             let r = nest(depth - 1, out);
             core::hint::black_box(depth);
@@ -950,7 +995,7 @@ mod tests {
         }
         for which in 0..2 {
             if which == 0 {
-                assert!(capture(fast, |_| false));
+                assert!(capture(here(), fast, |_| false));
             } else {
                 backtrace::trace(|f| {
                     slow.push(f.ip() as usize);
@@ -966,20 +1011,18 @@ mod tests {
             let mut fast = [0; NFRAMES];
             let mut slow = Vec::new();
             both(depth, &mut fast, &mut slow);
-            // fast[0] is the return address into `both` from `capture`, a call site of its own;
-            // from the caller of `both` on, the two must be the same addresses.
-            let start = slow.iter().position(|&pc| pc == fast[1]);
-            assert!(start.is_some(), "{:x?} not in {slow:x?}", fast[1]);
-            let n = NFRAMES - 1;
-            let start = start.unwrap();
-            let expect: Vec<usize> = slow[start..]
-                .iter()
-                .copied()
-                .take(n)
-                .chain(core::iter::repeat(0))
-                .take(n)
-                .collect();
-            assert_eq!(&fast[1..], &expect[..], "depth {depth}");
+            // The walk starts in `both`'s own frame, so its frames are the platform unwinder's
+            // from the return address into the caller of `both` on: a contiguous run of them.
+            // Below `both` lie the test, the harness and the thread's start, six frames at least.
+            let k = fast.iter().position(|&pc| pc == 0).unwrap_or(NFRAMES);
+            assert!(
+                k >= 6 && fast[k..].iter().all(|&pc| pc == 0),
+                "depth {depth}: {fast:x?}"
+            );
+            assert!(
+                slow.windows(k).any(|w| w == &fast[..k]),
+                "depth {depth}: {fast:x?} not a run of {slow:x?}"
+            );
         }
     }
 

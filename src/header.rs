@@ -5,6 +5,8 @@
 //! All raw pointer arithmetic between the backend's block, the header and the user pointer lives
 //! in this file.
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
 /// Return addresses kept per block.
 pub const NFRAMES: usize = 10;
 /// Bytes in front of every user pointer.
@@ -62,22 +64,28 @@ impl Header {
     }
 }
 
-/// Moves a header from live to freed, atomically, so of two racing frees of one block exactly
-/// one proceeds. On failure says what the header held instead.
+/// The header's magic as an atomic: frees of one block may race, and the loser must see the
+/// winner's store.
 ///
 /// # Safety
-/// `hdr` must be readable and writable for HEADER_SIZE bytes and 4-byte aligned.
-pub unsafe fn claim(hdr: *mut Header) -> Result<(), u32> {
+/// `hdr` must be readable and writable for HEADER_SIZE bytes and 4-byte aligned, for `'a`.
+#[inline(always)]
+pub unsafe fn magic<'a>(hdr: *mut Header) -> &'a AtomicU32 {
     // SAFETY: the caller guarantees the header is accessible and aligned; AtomicU32 has the same
     // layout as u32.
-    let magic = unsafe { core::sync::atomic::AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) };
-    magic
-        .compare_exchange(
-            MAGIC_LIVE,
-            MAGIC_FREED,
-            core::sync::atomic::Ordering::AcqRel,
-            core::sync::atomic::Ordering::Acquire,
-        )
+    unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) }
+}
+
+/// Moves a header from live to freed, atomically, so of two racing frees of one block exactly
+/// one proceeds. On failure says what the header held instead. (Recorded blocks are claimed
+/// under their list's lock instead, by `lists::take`.)
+///
+/// # Safety
+/// As for `magic`.
+pub unsafe fn claim(hdr: *mut Header) -> Result<(), u32> {
+    // SAFETY: passed on from the caller.
+    unsafe { magic(hdr) }
+        .compare_exchange(MAGIC_LIVE, MAGIC_FREED, Ordering::AcqRel, Ordering::Acquire)
         .map(|_| ())
 }
 

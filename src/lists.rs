@@ -5,9 +5,9 @@
 //! for the few pointer and counter writes of one link or unlink. The heads are a static array so
 //! a debugger finds them through the layout descriptor.
 
-use crate::header::Header;
+use crate::header::{self, Header, MAGIC_FREED, MAGIC_LIVE};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 pub const NLISTS: usize = 64;
 
@@ -39,66 +39,70 @@ const EMPTY: List = List {
 
 pub static LISTS: [List; NLISTS] = [EMPTY; NLISTS];
 
-/// A futex mutex (unlocked, locked, locked with waiters). It is written here rather than taken
-/// from a crate because it must never allocate: parking_lot's slow path creates per-thread data
-/// and registers a TLS destructor, which calls calloc, which would re-enter this very lock (the
-/// fork handler's `lock_all` deadlocked on itself that way).
-pub struct RawMutex(AtomicU32);
+/// A spin lock whose release is a plain store.
+///
+/// It never allocates (parking_lot's slow path creates per-thread data and registers a TLS
+/// destructor, which calls calloc, which re-entered this very lock from the fork handler). A list
+/// is held for a few stores, and threads are spread over the lists, so the lock is nearly always
+/// free: what it costs is then one atomic exchange to take it, and a release that needs no atomic
+/// read-modify-write (a futex mutex pays a second exchange there, to learn whether to wake
+/// anyone). A waiter spins briefly, then yields the processor, then sleeps, so a holder that was
+/// preempted gets to run even when the waiter has a real-time priority.
+pub struct RawMutex(AtomicBool);
 
 impl RawMutex {
-    // Used only to build the static list array, where each use is a fresh mutex.
+    // Used only to build the static list array, where each use is a fresh lock.
     #[allow(clippy::declare_interior_mutable_const)]
-    pub const INIT: RawMutex = RawMutex(AtomicU32::new(0));
+    pub const INIT: RawMutex = RawMutex(AtomicBool::new(false));
 
+    #[inline(always)]
     pub fn lock(&self) {
         if self
             .0
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
         {
-            return;
+            self.lock_slow();
         }
-        // Hold times are a few stores, so spin briefly before sleeping.
-        for _ in 0..100 {
-            core::hint::spin_loop();
-            if self.0.load(Ordering::Relaxed) == 0
-                && self
-                    .0
-                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self) {
+        let mut waits = 0u32;
+        loop {
+            while self.0.load(Ordering::Relaxed) {
+                waits = waits.saturating_add(1);
+                if waits < 100 {
+                    core::hint::spin_loop();
+                } else if waits < 200 {
+                    // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+                    unsafe { libc::sched_yield() };
+                } else {
+                    let pause = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 50_000,
+                    };
+                    // SAFETY: a valid timespec and no remainder slot. errno may be set to EINTR,
+                    // which the allocation paths restore.
+                    unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+                }
+            }
+            if self
+                .0
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
             {
                 return;
-            }
-        }
-        while self.0.swap(2, Ordering::Acquire) != 0 {
-            // SAFETY: FUTEX_WAIT on a word we own, with no timeout; it returns when woken or
-            // when the word no longer holds 2.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.0.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    2,
-                    0usize,
-                );
             }
         }
     }
 
     /// # Safety
     /// The caller holds the lock (taken on any thread: `lock_all` and `unlock_all` straddle fork).
+    #[inline(always)]
     pub unsafe fn unlock(&self) {
-        if self.0.swap(0, Ordering::Release) == 2 {
-            // SAFETY: FUTEX_WAKE on our own word wakes at most one waiter.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.0.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                )
-            };
-        }
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -123,6 +127,7 @@ impl Drop for Locked<'_> {
 ///
 /// # Safety
 /// `hdr` must point to a writable header that is on no list.
+#[inline(always)]
 pub unsafe fn link(hdr: *mut Header) {
     // SAFETY: the caller hands us a valid header that is on no list.
     let h = unsafe { &mut *hdr };
@@ -146,18 +151,37 @@ pub unsafe fn link(hdr: *mut Header) {
     }
 }
 
-/// Takes a header off its list.
+/// Claims a live header and takes it off its list, under the list's lock: of two racing frees of
+/// one block exactly one succeeds, the other sees the freed magic. On failure the header is left
+/// as it was and the error says what its magic held (or `MAGIC_LIVE` for a header whose list
+/// index is not ours, which only a foreign pointer has).
 ///
 /// # Safety
-/// `hdr` must be a header currently on its list; the caller proves that by having won
-/// `header::claim` on it, so no other thread can unlink it at the same time.
-pub unsafe fn unlink(hdr: *mut Header) {
-    // SAFETY: the caller guarantees a live header on its list.
+/// `hdr` must be readable and writable for `HEADER_SIZE` bytes and 4-byte aligned.
+#[inline(always)]
+pub unsafe fn take(hdr: *mut Header) -> Result<(), u32> {
+    // SAFETY: the caller guarantees an accessible header; a live one is ours to inspect.
+    let magic = unsafe { header::magic(hdr) };
+    let seen = magic.load(Ordering::Relaxed);
+    if seen != MAGIC_LIVE {
+        return Err(seen);
+    }
+    // SAFETY: as above; the size word of a live header does not change while it is live.
     let h = unsafe { &mut *hdr };
-    let Some(list) = LISTS.get(h.list()) else { return };
+    let Some(list) = LISTS.get(h.list()) else {
+        return Err(MAGIC_LIVE);
+    };
     let size = h.size() as u64;
     let _g = Locked::new(list);
-    // SAFETY: lock held as in `link`; the neighbours of a header on the list are valid headers.
+    // Every free of a block takes the same list's lock (the index is fixed while the block is
+    // live), so this second look decides between racing frees.
+    let seen = magic.load(Ordering::Relaxed);
+    if seen != MAGIC_LIVE {
+        return Err(seen);
+    }
+    magic.store(MAGIC_FREED, Ordering::Relaxed);
+    // SAFETY: lock held as in `link`; the header is live, so it and its neighbours are on the
+    // list and valid.
     unsafe {
         if h.prev.is_null() {
             *list.head.get() = h.next;
@@ -173,6 +197,21 @@ pub unsafe fn unlink(hdr: *mut Header) {
     }
     h.next = core::ptr::null_mut();
     h.prev = core::ptr::null_mut();
+    Ok(())
+}
+
+/// Undoes a `take` when a realloc fails and the old block stays live: the header goes back on
+/// its list, live again.
+///
+/// # Safety
+/// `hdr` must be a header this thread took with `take` and has not released.
+pub unsafe fn restore(hdr: *mut Header) {
+    // SAFETY: we hold the claim, so the header is ours alone until it is live again; it is
+    // linked before it reads as live, so a (wrong) concurrent free meets a freed block.
+    unsafe {
+        link(hdr);
+        header::magic(hdr).store(MAGIC_LIVE, Ordering::Release);
+    }
 }
 
 /// Before fork: take every lock so no other thread is half-way through a link when the child's

@@ -1,8 +1,9 @@
 //! Capturing the allocating stack as raw return addresses.
 //!
 //! Only addresses are recorded; names are found later, by gdb from the core or at exit. The
-//! walk starts inside libdmem, so the leading frames that lie in our own text are dropped and the
-//! first recorded address is the return address into the caller of the allocation function.
+//! walk starts in the exported allocation function (see `here`); any leading frames that still lie
+//! in our own text are dropped, so the first recorded address is the return address into the
+//! caller of the allocation function.
 //!
 //! Two unwinders, chosen with `unwinder=`: `fast`, the cached walker over the unwind tables in
 //! `fastunwind.rs`, and `backtrace`, the platform's `_Unwind_Backtrace`, which gives the same
@@ -60,15 +61,37 @@ pub fn is_own(pc: usize) -> bool {
     pc >= OWN_LO.load(Ordering::Relaxed) && pc < OWN_HI.load(Ordering::Relaxed)
 }
 
+/// Where a walk starts; see `here`.
+#[cfg(target_arch = "x86_64")]
+pub use fastunwind::Origin;
+
+/// Where a walk starts; only the cached walker uses it.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+pub struct Origin;
+
+/// The calling function's registers, taken by each exported allocation function so that the walk
+/// starts in its frame rather than in libdmem's inner ones. The function that takes them must not
+/// return, nor end in a tail call, before `capture` runs.
+#[inline(always)]
+pub fn here() -> Origin {
+    #[cfg(target_arch = "x86_64")]
+    return fastunwind::here();
+    #[cfg(not(target_arch = "x86_64"))]
+    Origin
+}
+
 /// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest. The
 /// caller holds the reentrancy guard, since either unwinder may allocate on first use.
-pub fn capture(out: &mut [usize; NFRAMES]) {
+pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
     *out = [0; NFRAMES];
     // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
     #[cfg(target_arch = "x86_64")]
-    if crate::options::get().unwinder == Unwinder::Fast && fastunwind::capture(out, is_own) {
+    if crate::options::get().unwinder == Unwinder::Fast && fastunwind::capture(from, out, is_own) {
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = from;
     capture_backtrace(out);
 }
 
