@@ -11,6 +11,8 @@ Tools, each run only when installed:
   dmem-nostacks    the same with DMEM_OPTS=no-log-allocs: headers but no stacks and no lists, which
                    tells the unwinder's share of the cost from the rest
   dmem-backtrace   the same with DMEM_OPTS=unwinder=backtrace (_Unwind_Backtrace per allocation)
+  header-floor     c-fixtures/libheader_floor.c: only the 112 bytes of room in front of every
+                   block, nothing written or recorded; what the layout alone costs
   heaptrack        heaptrack's preload and its interpreter process, writing its data file
   lsan             LeakSanitizer's standalone runtime preloaded, default frame-pointer unwinding
   lsan-full        the same with fast_unwind_on_malloc=0, which gives complete stacks
@@ -78,6 +80,8 @@ def tools(args, scratch):
     out = [("bare", args.runs, plain)]
     out.append(("dmem", args.runs, preload(args.lib, DMEM_OPTS="unwinder=fast")))
     out.append(("dmem-nostacks", args.runs, preload(args.lib, DMEM_OPTS="no-log-allocs")))
+    if args.floor:
+        out.append(("header-floor", args.runs, preload(args.floor)))
     if not args.quick:
         out.append(("dmem-backtrace", 1, preload(args.lib, DMEM_OPTS="unwinder=backtrace")))
     heaptrack = shutil.which("heaptrack")
@@ -100,6 +104,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="libdmem.so to preload")
     ap.add_argument("--storm", required=True, help="the bench_storm fixture")
+    ap.add_argument("--floor", help="the libheader_floor.so fixture (the header-floor row)")
     ap.add_argument("--runs", type=int, default=7, help="runs of bare and dmem (default 7)")
     ap.add_argument("--others", type=int, default=3, help="runs of heaptrack and lsan (default 3)")
     ap.add_argument("--quick", action="store_true",

@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 # The build prints where build.rs put the fixtures (its out_dir); the harness takes bench_storm
-# from there.
+# and libheader_floor.so from there.
 out_dir=$(cargo build --release --message-format=json-render-diagnostics |
     python3 -c 'import json, sys
 for line in sys.stdin:
@@ -19,4 +19,5 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 exec python3 bench/harness.py \
     --lib "$target_dir/release/libdmem.so" \
-    --storm "$out_dir/fixtures/bench_storm" "$@"
+    --storm "$out_dir/fixtures/bench_storm" \
+    --floor "$out_dir/fixtures/libheader_floor.so" "$@"
