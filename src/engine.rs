@@ -227,8 +227,9 @@ pub fn usable_size(user: *mut u8) -> usize {
         return 0;
     }
     let hdr = header::from_user(user);
-    // SAFETY: as in `claim`, the header of one of our blocks precedes it.
-    if unsafe { (*hdr).magic } != header::MAGIC_LIVE {
+    // SAFETY: as in `claim`, the header of one of our blocks precedes it; its magic is read as
+    // an atomic since a racing free may be storing to it.
+    if unsafe { header::magic(hdr) }.load(core::sync::atomic::Ordering::Relaxed) != header::MAGIC_LIVE {
         return 0;
     }
     usable_of(real, hdr)
