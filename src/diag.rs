@@ -142,6 +142,12 @@ fn cstr(buf: &[u8]) -> &[u8] {
     &buf[..buf.iter().position(|&b| b == 0).unwrap_or(buf.len())]
 }
 
+/// Whether trace lines are written: one load, for the entry points' fast path.
+#[inline(always)]
+pub fn tracing() -> bool {
+    TRACE_FD.load(Ordering::Relaxed) >= 0
+}
+
 /// A trace line in progress, or None when tracing is off.
 pub fn trace() -> Option<Out> {
     let fd = TRACE_FD.load(Ordering::Relaxed);

@@ -41,12 +41,24 @@ fn aligned(align: usize, size: usize, from: Origin) -> *mut u8 {
     }
 }
 
-fn trace_result(out: Option<Out>, p: *const u8) {
-    if let Some(mut out) = out {
+// The trace line's check is inlined into every entry point; only a traced call pays for the
+// formatting, out of line, so the entry points keep small frames.
+#[inline(always)]
+fn trace(name: &str, args: &[usize], p: *const u8) {
+    if diag::tracing() {
+        trace_line(name, args, p);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn trace_line(name: &str, args: &[usize], p: *const u8) {
+    if let Some(mut out) = traced(name, args) {
         out.str(") = ").ptr(p).str("\n").flush();
     }
 }
 
+/// A trace line opened with the function's name and decimal arguments.
 fn traced(name: &str, args: &[usize]) -> Option<Out> {
     let mut out = diag::trace()?;
     out.str(name).str("(");
@@ -59,12 +71,42 @@ fn traced(name: &str, args: &[usize]) -> Option<Out> {
     Some(out)
 }
 
+#[cold]
+#[inline(never)]
+fn trace_realloc(ptr: *const u8, size: usize, p: *const u8) {
+    if let Some(mut out) = diag::trace() {
+        out.str("realloc(").ptr(ptr).str(", ").dec(size as u64);
+        out.str(") = ").ptr(p).str("\n").flush();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn trace_free(ptr: *const u8) {
+    if let Some(mut out) = diag::trace() {
+        out.str("free(").ptr(ptr).str(")\n").flush();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn trace_posix_memalign(align: usize, size: usize, ret: c_int, p: *const u8) {
+    if let Some(mut out) = traced("posix_memalign", &[align, size]) {
+        out.str(") = ")
+            .dec(ret as u64)
+            .str(" (")
+            .ptr(p)
+            .str(")\n")
+            .flush();
+    }
+}
+
 /// # Safety
 /// The C malloc contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     let p = engine::allocate(size, 0, false, unwind::here());
-    trace_result(traced("malloc", &[size]), p);
+    trace("malloc", &[size], p);
     p.cast()
 }
 
@@ -80,7 +122,7 @@ pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
             core::ptr::null_mut()
         }
     };
-    trace_result(traced("calloc", &[nmemb, size]), p);
+    trace("calloc", &[nmemb, size], p);
     p.cast()
 }
 
@@ -89,9 +131,8 @@ pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
     let p = engine::reallocate(ptr.cast(), size, unwind::here());
-    if let Some(mut out) = diag::trace() {
-        out.str("realloc(").ptr(ptr.cast()).str(", ").dec(size as u64);
-        trace_result(Some(out), p);
+    if diag::tracing() {
+        trace_realloc(ptr.cast(), size, p);
     }
     p.cast()
 }
@@ -116,8 +157,8 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, nmemb: size_t, size: siz
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
     engine::release(ptr.cast());
-    if let Some(mut out) = diag::trace() {
-        out.str("free(").ptr(ptr.cast()).str(")\n").flush();
+    if diag::tracing() {
+        trace_free(ptr.cast());
     }
 }
 
@@ -126,7 +167,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
     let p = aligned(align, size, unwind::here());
-    trace_result(traced("memalign", &[align, size]), p);
+    trace("memalign", &[align, size], p);
     p.cast()
 }
 
@@ -135,7 +176,7 @@ pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
     let p = aligned(align, size, unwind::here());
-    trace_result(traced("aligned_alloc", &[align, size]), p);
+    trace("aligned_alloc", &[align, size], p);
     p.cast()
 }
 
@@ -160,19 +201,14 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
             0
         }
     };
-    if let Some(mut out) = traced("posix_memalign", &[align, size]) {
+    if diag::tracing() {
         // SAFETY: read back only on success, when we wrote it.
         let p = if ret == 0 {
             unsafe { *memptr }
         } else {
             core::ptr::null_mut()
         };
-        out.str(") = ")
-            .dec(ret as u64)
-            .str(" (")
-            .ptr(p.cast())
-            .str(")\n")
-            .flush();
+        trace_posix_memalign(align, size, ret, p.cast());
     }
     ret
 }
@@ -182,7 +218,7 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
     let p = aligned(page_size(), size, unwind::here());
-    trace_result(traced("valloc", &[size]), p);
+    trace("valloc", &[size], p);
     p.cast()
 }
 
@@ -199,7 +235,7 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
             core::ptr::null_mut()
         }
     };
-    trace_result(traced("pvalloc", &[size]), p);
+    trace("pvalloc", &[size], p);
     p.cast()
 }
 
