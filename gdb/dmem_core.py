@@ -31,8 +31,11 @@ except ImportError:  # pragma: no cover - depends on the host
 HAVE_NUMPY = np is not None
 
 LAYOUT_MAGIC = 0x5459414C4D454D44  # the bytes "DMEMLAYT" as a little-endian word
-LAYOUT_VERSION = 1
-LAYOUT_FIELDS = (
+# Versions this script reads: 2 appended the size word's field positions and the lists' sequence
+# counters to version 1.
+LAYOUT_VERSIONS = (1, 2)
+LAYOUT_VERSION = max(LAYOUT_VERSIONS)
+LAYOUT_FIELDS_V1 = (
     "magic", "version", "header_size", "nframes",
     "off_next", "off_prev", "off_frames", "off_size", "size_bits", "off_tid", "off_magic",
     "magic_live", "magic_freed",
@@ -40,6 +43,10 @@ LAYOUT_FIELDS = (
     "list_off_live_blocks", "list_off_live_bytes", "list_off_allocs", "list_off_frees",
     "arena_start", "arena_end", "flags",
 )
+LAYOUT_FIELDS_V2 = LAYOUT_FIELDS_V1 + (
+    "size_list_shift", "size_list_bits", "size_align_shift", "size_align_bits", "list_off_changes",
+)
+LAYOUT_FIELDS = LAYOUT_FIELDS_V2
 FLAG_RECORDING = 1
 
 # Upper bounds that no sane descriptor exceeds; they keep a corrupt one from making us allocate or
@@ -264,8 +271,15 @@ class Layout:
         for name, value in zip(LAYOUT_FIELDS, words):
             setattr(self, name, value)
         self.size_mask = (1 << self.size_bits) - 1
-        self.list_shift = self.size_bits
-        self.align_shift = self.size_bits + 8
+        if self.version == 1:
+            # Version 1 did not publish them; its writer placed them right above the size.
+            self.size_list_shift, self.size_list_bits = self.size_bits, 8
+            self.size_align_shift, self.size_align_bits = self.size_bits + 8, 8
+            self.list_off_changes = None
+        self.list_shift = self.size_list_shift
+        self.list_mask = (1 << self.size_list_bits) - 1
+        self.align_shift = self.size_align_shift
+        self.align_mask = (1 << self.size_align_bits) - 1
 
     def describe(self):
         return "libdmem layout v%d at %s: %d-byte headers, %d frames, %d lists" % (
@@ -284,14 +298,15 @@ def read_layout(mem, addr):
         raise LayoutError("dmem_layout at %s has magic 0x%016x, not libdmem's 0x%016x (is the "
                           "libdmem.so gdb loaded the one the process ran?)"
                           % (hexa(addr), magic, LAYOUT_MAGIC))
-    if version != LAYOUT_VERSION:
-        raise LayoutError("dmem_layout at %s is version %d; this script reads version %d"
-                          % (hexa(addr), version, LAYOUT_VERSION))
+    if version not in LAYOUT_VERSIONS:
+        raise LayoutError("dmem_layout at %s is version %d; this script reads versions %s"
+                          % (hexa(addr), version, " and ".join(map(str, LAYOUT_VERSIONS))))
+    fields = LAYOUT_FIELDS_V1 if version == 1 else LAYOUT_FIELDS_V2
     try:
-        raw = mem.read(addr, 8 * len(LAYOUT_FIELDS))
+        raw = mem.read(addr, 8 * len(fields))
     except ReadError:
         raise LayoutError("the dmem_layout descriptor at %s is truncated" % hexa(addr)) from None
-    layout = Layout(addr, struct.unpack("<%dQ" % len(LAYOUT_FIELDS), raw))
+    layout = Layout(addr, struct.unpack("<%dQ" % len(fields), raw))
     why = _layout_insane(layout)
     if why:
         raise LayoutError("dmem_layout at %s is inconsistent: %s" % (hexa(addr), why))
@@ -719,7 +734,7 @@ class PureBlocks(Blocks):
         for t in st.iter_unpack(raw):
             w = t[isize]
             self.size.append(w & mask)
-            self.lst.append((w >> lshift) & 0xFF)
+            self.lst.append((w >> lshift) & L.list_mask)
             self.align.append(w >> ashift)
             self.tid.append(t[itid])
             self.frames.append(trim(t[f0:f1]))
@@ -836,8 +851,8 @@ class NumpyBlocks(Blocks):
             else np.zeros(0, np.uint64)
         w = rec["size"]
         self.size = w & np.uint64(L.size_mask)
-        self.lst = ((w >> np.uint64(L.list_shift)) & np.uint64(0xFF)).astype(np.int64)
-        self.align = (w >> np.uint64(L.align_shift)).astype(np.int64)
+        self.lst = ((w >> np.uint64(L.list_shift)) & np.uint64(L.list_mask)).astype(np.int64)
+        self.align = ((w >> np.uint64(L.align_shift)) & np.uint64(L.align_mask)).astype(np.int64)
         self.tid = rec["tid"].astype(np.int64)
         frames = np.array(rec["frames"], dtype=np.uint64, copy=True).reshape(self.n, L.nframes)
         # Slots after the first zero are unused by contract; clear them so stacks that differ

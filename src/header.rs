@@ -14,8 +14,13 @@ pub const HEADER_SIZE: usize = 112;
 /// Low bits of `size_word` that hold the requested size; requests above this fail with ENOMEM.
 pub const SIZE_BITS: u32 = 48;
 pub const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
-const LIST_SHIFT: u32 = 48;
-const ALIGN_SHIFT: u32 = 56;
+/// Where the list index and the alignment's log2 sit in `size_word`; the layout descriptor
+/// publishes all four, so readers never assume them.
+pub const LIST_SHIFT: u32 = 48;
+pub const LIST_BITS: u32 = 8;
+pub const ALIGN_SHIFT: u32 = 56;
+pub const ALIGN_BITS: u32 = 8;
+const LIST_MASK: u64 = (1 << LIST_BITS) - 1;
 
 /// `magic` of a block that is live and on a list.
 pub const MAGIC_LIVE: u32 = 0xd3e3_a11c;
@@ -52,7 +57,7 @@ impl Header {
     }
 
     pub fn list(&self) -> usize {
-        ((self.size_word >> LIST_SHIFT) & 0xff) as usize
+        ((self.size_word >> LIST_SHIFT) & LIST_MASK) as usize
     }
 
     pub fn align_log2(&self) -> u32 {

@@ -6,13 +6,18 @@
 //! the offsets of their counters. Any change to the header or the list structure bumps `VERSION`.
 
 use crate::bootstrap;
-use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_LIVE, NFRAMES, SIZE_BITS};
+use crate::header::{
+    self, Header, ALIGN_BITS, ALIGN_SHIFT, HEADER_SIZE, LIST_BITS, LIST_SHIFT, MAGIC_FREED, MAGIC_LIVE,
+    NFRAMES, SIZE_BITS,
+};
 use crate::lists::{self, List, NLISTS};
 use core::mem::offset_of;
 
 /// "DMEMLAYT" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
-pub const VERSION: u64 = 1;
+/// Version 2 appended the size word's list and alignment fields and the lists' sequence
+/// counters; a reader of version 1 derives the former from `size_bits` and has no counters.
+pub const VERSION: u64 = 2;
 
 /// Field order is part of the format: only ever append, and bump `VERSION` when a meaning
 /// changes.
@@ -43,6 +48,15 @@ pub struct Layout {
     pub arena_end: *const u8,
     /// Points at the word of `FLAG_*` bits describing how the process ran.
     pub flags: *const u64,
+    // Version 2.
+    /// The size word's list index: `(size_word >> size_list_shift) & ((1 << size_list_bits) - 1)`.
+    pub size_list_shift: u64,
+    pub size_list_bits: u64,
+    /// log2 of the alignment asked for, 0 for an ordinary block, in the same way.
+    pub size_align_shift: u64,
+    pub size_align_bits: u64,
+    /// Offset in a list of its sequence counter: odd while a link or unlink is under way.
+    pub list_off_changes: u64,
 }
 
 /// Recording was on: blocks carry stacks and sit on the lists.
@@ -79,6 +93,17 @@ pub static dmem_layout: Layout = Layout {
     arena_start: bootstrap::ARENA_RANGE.0,
     arena_end: bootstrap::ARENA_RANGE.1,
     flags: bootstrap::FLAGS.as_ptr(),
+    size_list_shift: LIST_SHIFT as u64,
+    size_list_bits: LIST_BITS as u64,
+    size_align_shift: ALIGN_SHIFT as u64,
+    size_align_bits: ALIGN_BITS as u64,
+    list_off_changes: offset_of!(List, changes) as u64,
 };
+
+// The size word's fields are disjoint, fit in 64 bits, and the list index field holds every list.
+const _: () = assert!(SIZE_BITS <= LIST_SHIFT);
+const _: () = assert!(LIST_SHIFT + LIST_BITS <= ALIGN_SHIFT);
+const _: () = assert!(ALIGN_SHIFT + ALIGN_BITS <= 64);
+const _: () = assert!(NLISTS <= 1 << LIST_BITS);
 
 const _: () = assert!(header::HEADER_SIZE == 112);

@@ -7,7 +7,7 @@
 
 use crate::header::{self, Header, MAGIC_FREED, MAGIC_LIVE};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub const NLISTS: usize = 64;
 
@@ -20,6 +20,12 @@ pub struct List {
     pub live_bytes: UnsafeCell<u64>,
     pub allocs: UnsafeCell<u64>,
     pub frees: UnsafeCell<u64>,
+    /// A sequence counter for readers outside the process (`dmem top` reads a running process's
+    /// lists without stopping it): odd while a link or unlink is under way, bumped again when it
+    /// is done. A reader that sees the same even value before and after walking a list saw it
+    /// whole. Written only under the lock, so a plain load and store suffice; it is atomic only
+    /// so the stores are ordered around the pointer writes they bracket.
+    pub changes: AtomicU64,
     lock: RawMutex,
 }
 
@@ -34,6 +40,7 @@ const EMPTY: List = List {
     live_bytes: UnsafeCell::new(0),
     allocs: UnsafeCell::new(0),
     frees: UnsafeCell::new(0),
+    changes: AtomicU64::new(0),
     lock: RawMutex::INIT,
 };
 
@@ -114,10 +121,26 @@ impl<'a> Locked<'a> {
         list.lock.lock();
         Locked(list)
     }
+
+    /// Marks the list as changing (the sequence counter goes odd) for the writes that follow;
+    /// dropping the guard marks it whole again.
+    #[inline(always)]
+    fn changing(&self) {
+        let c = &self.0.changes;
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        // The odd value must be visible before any pointer write of the change.
+        core::sync::atomic::fence(Ordering::Release);
+    }
 }
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        let c = &self.0.changes;
+        let seq = c.load(Ordering::Relaxed);
+        if seq & 1 == 1 {
+            // Release: the change's pointer writes are visible before the even value.
+            c.store(seq.wrapping_add(1), Ordering::Release);
+        }
         // SAFETY: this guard took the lock in `new`, on this thread.
         unsafe { self.0.lock.unlock() };
     }
@@ -134,7 +157,8 @@ pub unsafe fn link(hdr: *mut Header) {
     // The index was stored by us and is below NLISTS; the modulo only lets the compiler see it.
     let list = &LISTS[h.list() % NLISTS];
     let size = h.size() as u64;
-    let _g = Locked::new(list);
+    let g = Locked::new(list);
+    g.changing();
     // SAFETY: the list's lock is held, so its head and counters and the neighbouring header are
     // ours to write; every header on a list is a valid live header.
     unsafe {
@@ -172,13 +196,14 @@ pub unsafe fn take(hdr: *mut Header) -> Result<(), u32> {
         return Err(MAGIC_LIVE);
     };
     let size = h.size() as u64;
-    let _g = Locked::new(list);
+    let g = Locked::new(list);
     // Every free of a block takes the same list's lock (the index is fixed while the block is
     // live), so this second look decides between racing frees.
     let seen = magic.load(Ordering::Relaxed);
     if seen != MAGIC_LIVE {
         return Err(seen);
     }
+    g.changing();
     magic.store(MAGIC_FREED, Ordering::Relaxed);
     // SAFETY: lock held as in `link`; the header is live, so it and its neighbours are on the
     // list and valid.

@@ -483,13 +483,18 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
             .unwrap_or_else(|| panic!("dmem_layout word {i} not in the core"))
     };
     assert_eq!(w(0), 0x5459_414c_4d45_4d44, "descriptor magic");
-    assert_eq!(w(1), 1, "descriptor version");
+    assert_eq!(w(1), 2, "descriptor version");
     assert_eq!(w(2), 112, "header size");
     let (nframes, off_next, off_prev, off_frames, off_size) = (w(3), w(4), w(5), w(6), w(7));
     let (size_bits, off_tid, off_magic, magic_live) = (w(8), w(9), w(10), w(11));
     let (lists, nlists, stride, off_head) = (w(13), w(14), w(15), w(16));
     let (off_live_blocks, off_live_bytes, off_allocs, off_frees) = (w(17), w(18), w(19), w(20));
     let flags = core.u64(w(23)).expect("flags word in the core");
+    let (list_shift, list_bits) = (w(24), w(25));
+    assert!(
+        list_shift >= size_bits && list_bits >= 6,
+        "size word fields overlap"
+    );
     assert_eq!(flags & 1, 1, "recording was off");
     let rd = |a: u64| {
         core.u64(a)
@@ -516,7 +521,11 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
             assert_eq!(rd(h + off_prev), prev, "prev link of header {h:#x} on list {i}");
             let word = rd(h + off_size);
             let size = word & ((1 << size_bits) - 1);
-            assert_eq!((word >> 48) & 0xff, i, "list index recorded in header {h:#x}");
+            assert_eq!(
+                (word >> list_shift) & ((1 << list_bits) - 1),
+                i,
+                "list index recorded in header {h:#x}"
+            );
             let frames = (0..nframes).map(|f| rd(h + off_frames + 8 * f)).collect();
             blocks.push(Block {
                 header: h,

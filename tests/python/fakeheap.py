@@ -95,11 +95,13 @@ class FakeHeap:
 
     def _descriptor(self, recording):
         f = self.fmt
-        w = dict(magic=dmem_core.LAYOUT_MAGIC, version=1, size_bits=48, magic_live=MAGIC_LIVE,
+        w = dict(magic=dmem_core.LAYOUT_MAGIC, version=2, size_bits=48, magic_live=MAGIC_LIVE,
                  magic_freed=MAGIC_FREED, lists=self.LISTS, nlists=self.nlists,
                  list_stride=self.stride, list_off_head=0, list_off_live_blocks=8,
                  list_off_live_bytes=16, list_off_allocs=24, list_off_frees=32,
-                 arena_start=self.ARENA[0], arena_end=self.ARENA[1], flags=self.FLAGS)
+                 arena_start=self.ARENA[0], arena_end=self.ARENA[1], flags=self.FLAGS,
+                 size_list_shift=48, size_list_bits=8, size_align_shift=56, size_align_bits=8,
+                 list_off_changes=40)
         w.update(f)
         self.mem.put64(self.FLAGS, 1 if recording else 0)
         return w

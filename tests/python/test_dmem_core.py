@@ -49,9 +49,9 @@ class LayoutTests(unittest.TestCase):
 
     def test_bad_version(self):
         fh = FakeHeap()
-        fh.words["version"] = 2
+        fh.words["version"] = 3
         fh.write_descriptor()
-        with self.assertRaisesRegex(core.LayoutError, "version 2"):
+        with self.assertRaisesRegex(core.LayoutError, "version 3"):
             fh.heap()
 
     def test_unreadable_descriptor(self):
