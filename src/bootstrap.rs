@@ -70,7 +70,7 @@ fn init_slow() -> Option<&'static Real> {
     unsafe { *REAL.0.get() = Some(resolved) };
     options::parse();
     diag::init_trace();
-    unwind::init_own_range();
+    unwind::init();
     if options::get().record {
         FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
     }

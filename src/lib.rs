@@ -12,6 +12,7 @@ mod header;
 mod layout;
 mod lists;
 mod options;
+mod procmaps;
 mod reach;
 mod thread;
 mod unwind;
