@@ -79,6 +79,11 @@ fn init_slow() -> Option<&'static Real> {
     unsafe { (*REAL.0.get()).as_ref() }
 }
 
+/// dlsym takes the loader's lock. It runs once, on the first allocation, which the library's
+/// constructor forces before `main` if nothing came earlier; the lock is recursive, so a first
+/// allocation made by the loader itself (or inside a `dl_iterate_phdr` callback) takes it again
+/// on the same thread, and a thread that allocates while another resolves is served from the
+/// arena instead of waiting (see `real`).
 fn lookup(name: &core::ffi::CStr) -> *mut c_void {
     // SAFETY: RTLD_NEXT with a NUL-terminated name is dlsym's documented use; it may call our
     // calloc, which the arena serves while STATE is RESOLVING.

@@ -800,6 +800,12 @@ fn object_from_header(start: usize, end: usize) -> Option<Object<'static>> {
 
 /// The `dl_iterate_phdr` fallback for glibc before 2.35 and for objects whose headers are not
 /// in their first page: slower (it takes the loader's lock) but used only on a cache miss.
+///
+/// Why that lock cannot deadlock here: glibc's `dl_load_write_lock` is recursive, so a program
+/// that allocates from inside its own `dl_iterate_phdr` callback takes it again on the same
+/// thread; another thread holds it only while it walks or changes the list of objects, and a
+/// callback of that walk that allocates waits at most for one of our list locks, which no thread
+/// holds while it walks a stack.
 fn with_object_iterate<F: FnOnce(&Object) -> Rule>(pc: usize, f: F) -> Option<Rule> {
     struct Search<G> {
         pc: usize,

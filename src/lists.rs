@@ -90,9 +90,11 @@ impl RawMutex {
                         tv_sec: 0,
                         tv_nsec: 50_000,
                     };
+                    // The raw system call: libc's nanosleep is a cancellation point, and a
+                    // thread must not be cancelled inside malloc while it waits for a list.
                     // SAFETY: a valid timespec and no remainder slot. errno may be set to EINTR,
                     // which the allocation paths restore.
-                    unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+                    unsafe { libc::syscall(libc::SYS_nanosleep, &pause as *const libc::timespec, 0usize) };
                 }
             }
             if self
