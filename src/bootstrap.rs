@@ -8,7 +8,7 @@
 
 use crate::{diag, layout, options, unwind};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use libc::{c_int, c_void, size_t};
 
 type MallocFn = unsafe extern "C" fn(size_t) -> *mut c_void;
@@ -42,9 +42,6 @@ struct RealCell(UnsafeCell<Option<Real>>);
 unsafe impl Sync for RealCell {}
 static REAL: RealCell = RealCell(UnsafeCell::new(None));
 
-/// Bits for the descriptor's flags word.
-pub static FLAGS: AtomicU64 = AtomicU64::new(0);
-
 /// The real allocator, resolving it on first use. None while resolution is under way (on this
 /// or another thread): the caller must then use the arena.
 #[inline]
@@ -72,7 +69,7 @@ fn init_slow() -> Option<&'static Real> {
     diag::init_trace();
     unwind::init();
     if options::get().record {
-        FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
+        layout::FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
     }
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.
