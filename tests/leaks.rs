@@ -7,19 +7,10 @@ mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
 
-use common::{fixture, lib_path, make_core, scratch_dir, which};
+use common::{fixture, lib_path, make_core, scratch_dir};
 use gdbrun::{json_query, Session};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The gdb tests need gdb; without it they say so and pass (CI installs it).
-fn have_gdb() -> bool {
-    if which("gdb").is_some() {
-        return true;
-    }
-    eprintln!("skipping: gdb is not installed, so leak finding on cores cannot be tested here");
-    false
-}
 
 /// XORed into the fixtures' hidden pointers, so a scan does not see them.
 const HIDE: &str = "0x5a5a5a5a5a5a5a5a";
@@ -114,7 +105,7 @@ fn parse_leaks_json(json: &str) -> (Totals, BTreeMap<String, Group>) {
 
 #[test]
 fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let (dir, core, report) = core_and_report("leaks_list", "leak_list");
@@ -173,7 +164,7 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
 
 #[test]
 fn why_names_the_root_and_the_chain() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let (dir, core, _) = core_and_report("leaks_why", "leak_list");
@@ -228,7 +219,7 @@ fn why_names_the_root_and_the_chain() {
 
 #[test]
 fn cxx_types_and_member_histogram() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let (dir, core, report) = core_and_report("leaks_cxx", "leak_cxx");
@@ -292,7 +283,7 @@ fn cxx_types_and_member_histogram() {
 
 #[test]
 fn other_threads_stacks_and_tls_are_roots() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let (dir, core, _) = core_and_report("leaks_threads", "leak_threads");
@@ -315,7 +306,7 @@ fn other_threads_stacks_and_tls_are_roots() {
 
 #[test]
 fn live_process_at_exit() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("leaks_live");

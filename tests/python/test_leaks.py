@@ -1,4 +1,5 @@
-"""Unit tests of gdb/dmem_reach.py on synthetic memory (plain Python, no gdb).
+"""Unit tests of leak finding (gdb/dmemlib: elf, memory, roots, reach, cxxtypes, leakcmds) on
+synthetic memory and hand-made ELF files: plain Python, no gdb.
 
 The heap comes from fakeheap.FakeHeap; a data segment next to it plays the roots.  Every answer
 is checked on both backends, and the classification against a direct transcription of the
@@ -9,6 +10,7 @@ import bisect
 import json
 import os
 import random
+import shlex
 import struct
 import sys
 import tempfile
@@ -16,11 +18,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fakeheap import FakeHeap, backends, dmem_core, fake_resolve, pc  # noqa: E402
+from fakeheap import FakeHeap, backends, fake_resolve, pc  # noqa: E402
 
-import dmem_reach as R  # noqa: E402  (fakeheap put gdb/ on the path)
-
-core = dmem_core
+from dmemlib import (backend, cxxtypes, elf, errors, heapcmds, leakcmds, memory,  # noqa: E402
+                     output, reach, symbols)
+from dmemlib import roots as rootsmod  # noqa: E402
 
 
 class World:
@@ -47,20 +49,21 @@ class World:
 
     def space(self):
         pieces = [(b, b + len(buf)) for b, buf in self.fh.mem.regions]
-        mapped = [(s, e, R.PF_R | R.PF_W) for s, e in pieces + self.extra_mapped]
-        return R.ReaderSpace(self.fh.mem.read, pieces, mapped)
+        mapped = [(s, e, elf.PF_R | elf.PF_W) for s, e in pieces + self.extra_mapped]
+        return memory.ReaderSpace(self.fh.mem.read, pieces, mapped)
 
     def roots(self):
-        return [R.Root("data", "writable data of prog", self.DATA, self.DATA + 0x1000, None)]
+        return [rootsmod.Root("data", "writable data of prog", self.DATA, self.DATA + 0x1000, None)]
 
     def leaks(self, backend, roots=None, **target_args):
-        an = core.Analysis(self.fh.heap(backend), core.Symbols(fake_resolve))
-        target = R.Target(self.space(), self.roots() if roots is None else roots, **target_args)
-        return R.Leaks(an, target)
+        an = heapcmds.Analysis(self.fh.heap(backend), symbols.Symbols(fake_resolve))
+        target = rootsmod.Target(self.space(), self.roots() if roots is None else roots,
+                                 **target_args)
+        return leakcmds.Leaks(an, target)
 
 
-def opts(text="", allowed=("--json", "--leaks", "--vtable", "--offset", "--type") + core.FILTERS):
-    return R.parse_leak_args(text, allowed, 0, "test")
+def opts(text="", allowed=("--json", "--leaks", "--vtable", "--offset", "--type") + output.FILTERS):
+    return output.parse_args(shlex.split(text), allowed, 0, "test")
 
 
 def leak_json(lk, text="--json --limit 0"):
@@ -176,10 +179,10 @@ class ClassificationTests(unittest.TestCase):
                                           "still reachable\n"), text)
 
     def test_agrees_with_the_exit_report_algorithm(self):
-        saved = R.SMALL_LEVEL, R.Reach.ROUNDS
+        saved = reach.SMALL_LEVEL, reach.Reach.ROUNDS
         try:
             for small, rounds in ((48, 6), (1, 0), (2, 1), (10 ** 9, 100)):
-                R.SMALL_LEVEL, R.Reach.ROUNDS = small, rounds
+                reach.SMALL_LEVEL, reach.Reach.ROUNDS = small, rounds
                 for seed in range(40):
                     w, users, sizes = random_world(seed)
                     order = sorted(users)
@@ -194,7 +197,7 @@ class ClassificationTests(unittest.TestCase):
                         got[be] = ([r.chain(k) for k in range(lk.graph.n)], list(r.parent))
                     self.assertEqual(len(set(map(repr, got.values()))), 1, seed)
         finally:
-            R.SMALL_LEVEL, R.Reach.ROUNDS = saved
+            reach.SMALL_LEVEL, reach.Reach.ROUNDS = saved
 
     def test_long_chains_and_cycles(self):
         for be in backends():
@@ -210,7 +213,7 @@ class ClassificationTests(unittest.TestCase):
                 self.assertEqual(lk.reach().counts(), (0, 1, 2999), (be, backwards))
                 head = nodes[-1] if backwards else nodes[0]
                 self.assertEqual(lk.reach().state[int(lk.rank[lk.heap.index().find(head)[0]])],
-                                 R.DIRECT)
+                                 reach.DIRECT)
                 # Held from the far end instead, the whole chain is reachable.
                 w.root(head)
                 self.assertEqual(w.leaks(be).reach().counts(), (3000, 0, 0))
@@ -243,8 +246,9 @@ class ClassificationTests(unittest.TestCase):
             lk = w.leaks(be)
             st = {u: lk.reach().state[int(lk.rank[lk.heap.index().find(u)[0]])]
                   for u in (a, b, c, d, e, f)}
-            self.assertEqual(st, {a: R.REACHED, b: R.REACHED, c: R.REACHED, d: R.DIRECT,
-                                  e: R.DIRECT, f: R.DIRECT}, be)
+            self.assertEqual(st, {a: reach.REACHED, b: reach.REACHED, c: reach.REACHED,
+                                  d: reach.DIRECT,
+                                  e: reach.DIRECT, f: reach.DIRECT}, be)
 
     def test_registers_stacks_and_tls(self):
         for be in backends():
@@ -261,8 +265,8 @@ class ClassificationTests(unittest.TestCase):
             w.put(fs - 0x100, in_tls)
             w.put(fs + 0x10, in_tcb)
             w.put(tls, far)  # far below the static TLS window
-            th = R.Thread(42, {"rsp": sp, "rbx": by_reg + 3, "fs_base": fs, "rip": 0x400000})
-            roots, skipped = R.gather_roots([], [th], w.space())
+            th = elf.Thread(42, {"rsp": sp, "rbx": by_reg + 3, "fs_base": fs, "rip": 0x400000})
+            roots, skipped = rootsmod.gather_roots([], [th], w.space())
             self.assertEqual(skipped, [])
             kinds = {r.where for r in roots}
             self.assertIn("stack of thread 42", kinds)
@@ -273,8 +277,9 @@ class ClassificationTests(unittest.TestCase):
             lk = w.leaks(be, roots=roots)
             st = [lk.reach().state[int(lk.rank[lk.heap.index().find(u)[0]])]
                   for u in (by_reg, below_sp, above_sp, in_tls, in_tcb, far)]
-            self.assertEqual(st, [R.REACHED, R.DIRECT, R.REACHED, R.REACHED, R.REACHED,
-                                  R.DIRECT])
+            self.assertEqual(st, [reach.REACHED, reach.DIRECT, reach.REACHED, reach.REACHED,
+                                  reach.REACHED,
+                                  reach.DIRECT])
             text = lk.why(by_reg, opts())
             self.assertIn("root: register rbx of thread 42 = 0x%x" % (by_reg + 3), text)
 
@@ -286,11 +291,12 @@ class ClassificationTests(unittest.TestCase):
             # Mapped but not in memory (a core leaves out pages never written): no pointers,
             # no warning.  Not mapped at all: a warning.
             w.extra_mapped.append((0x90000, 0x91000))
-            roots = w.roots() + [R.Root("data", "writable data of libz", 0x90000, 0x91000, None)]
+            roots = w.roots() + [rootsmod.Root("data", "writable data of libz", 0x90000, 0x91000,
+                                               None)]
             lk = w.leaks(be, roots=roots)
             self.assertEqual(lk.reach().counts(), (1, 0, 0))
             self.assertNotIn("warning", lk.leaks(opts()))
-            roots.append(R.Root("data", "writable data of libgone", 0xA0000, 0xA1000, None))
+            roots.append(rootsmod.Root("data", "writable data of libgone", 0xA0000, 0xA1000, None))
             lk = w.leaks(be, roots=roots)
             self.assertEqual(lk.reach().counts(), (1, 0, 0))
             self.assertIn("warning: 1 root range could not be read and was not scanned: "
@@ -394,7 +400,7 @@ class TypesAndWordsTests(unittest.TestCase):
         w.root(b)
         small = w.block(4, k=3)  # too small for a vtable pointer
         w.fh.mem.put32(small, 0x80)
-        prog = R.LoadedObject("/bin/prog", StubElf([("_ZTV1A", self.VT_A, 40),
+        prog = rootsmod.LoadedObject("/bin/prog", StubElf([("_ZTV1A", self.VT_A, 40),
                                                     ("_ZTVN4shop6BasketE", self.VT_B, 32)]),
                               0, [])
         names = {"_ZTV1A": "vtable for A", "_ZTVN4shop6BasketE": "vtable for shop::Basket"}
@@ -440,9 +446,9 @@ class TypesAndWordsTests(unittest.TestCase):
             self.assertIn("histogram of the u32 at offset 8 of live blocks of type A (30 of 30 "
                           "big enough): 30 values, 2 distinct", text)
             self.assertIn("          20  0x00000001  (1)", text)
-            with self.assertRaisesRegex(core.UsageError, "no live block has the vtable of 'Z'"):
+            with self.assertRaisesRegex(errors.UsageError, "no live block has the vtable of 'Z'"):
                 lk.words(opts("--vtable Z --offset 0"))
-            with self.assertRaisesRegex(core.UsageError, "--type goes with --offset"):
+            with self.assertRaisesRegex(errors.UsageError, "--type goes with --offset"):
                 lk.words(opts("--type u8"))
 
     def test_word_histogram(self):
@@ -474,17 +480,19 @@ class HistogramTests(unittest.TestCase):
         rnd = random.Random(3)
         values = [rnd.choice([5, 7, 9, 11, 13, 1 << 63]) for _ in range(200)] + [2, 2, 3]
         want = sorted(((values.count(v), v) for v in set(values)), key=lambda t: (-t[0], t[1]))
-        impls = [list] + ([lambda v: R.np.array(v, dtype=R.np.uint64)] if R.HAVE_NUMPY else [])
+        impls = [list]
+        if backend.HAVE_NUMPY:
+            impls.append(lambda v: backend.np.array(v, dtype=backend.np.uint64))
         for make in impls:
             for limit in (0, 1, 3, 6, 7, 50):
-                vals, counts, n, distinct = R.histogram(make(values), limit)
+                vals, counts, n, distinct = cxxtypes.histogram(make(values), limit)
                 top = want if limit == 0 else want[:limit]
                 self.assertEqual(list(zip(counts, vals)), top, (make, limit))
                 self.assertEqual((n, distinct), (203, len(want)))
             # Equal counts: the lower values are kept.
-            vals, counts, _, _ = R.histogram(make([4, 3, 2, 1, 1, 2, 3, 4]), 2)
+            vals, counts, _, _ = cxxtypes.histogram(make([4, 3, 2, 1, 1, 2, 3, 4]), 2)
             self.assertEqual((vals, counts), ([1, 2], [2, 2]))
-            self.assertEqual(R.histogram(make([]), 5), ([], [], 0, 0))
+            self.assertEqual(cxxtypes.histogram(make([]), 5), ([], [], 0, 0))
 
 
 class ArgumentTests(unittest.TestCase):
@@ -495,10 +503,10 @@ class ArgumentTests(unittest.TestCase):
         for bad, why in (("--type u128 --offset 0", "--type is one of"),
                          ("--offset", "needs a value"), ("--offset -1", ">= 0"),
                          ("--leaks=1", "takes no value"), ("--bogus", "unknown option")):
-            with self.assertRaisesRegex(core.UsageError, why, msg=bad):
+            with self.assertRaisesRegex(errors.UsageError, why, msg=bad):
                 opts(bad)
-        with self.assertRaisesRegex(core.UsageError, "unknown option --vtable"):
-            R.parse_leak_args("--vtable A", ("--json", "--leaks"), 0, "x")
+        with self.assertRaisesRegex(errors.UsageError, "unknown option --vtable"):
+            output.parse_args(["--vtable", "A"], ("--json", "--leaks"), 0, "x")
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,11 +588,11 @@ class ElfTests(unittest.TestCase):
         lib = self.library("libx.so")
         base = 0x7F0000000000
         prstatus = bytearray(336)
-        struct.pack_into("<I", prstatus, R.PRSTATUS_PID, 4242)
-        regs = dict.fromkeys(R.PRSTATUS_REGS, 0)
+        struct.pack_into("<I", prstatus, elf.PRSTATUS_PID, 4242)
+        regs = dict.fromkeys(elf.PRSTATUS_REGS, 0)
         regs.update(rsp=0x7FFF0100, fs_base=0x7FFF8000, rbx=0x1234)
-        struct.pack_into("<27Q", prstatus, R.PRSTATUS_REG_OFF,
-                         *[regs[r] for r in R.PRSTATUS_REGS])
+        struct.pack_into("<27Q", prstatus, elf.PRSTATUS_REG_OFF,
+                         *[regs[r] for r in elf.PRSTATUS_REGS])
         names = [lib, lib, lib, lib]
         # A symbolizer's read-only mapping of the whole library, then the library as loaded.
         files = [(0x6F0000000000, 0x6F0000003000, 0), (base, base + 0x1000, 0),
@@ -600,58 +608,59 @@ class ElfTests(unittest.TestCase):
             (1, 6, base + 0x2000, 0x1000, bytes(data)),   # .data
             (1, 6, base + 0x3000, 0x2000, 0),             # .bss never written: not dumped
             (1, 4, 0x6F0000000000, 0x3000, 0),
-        ], notes=[("CORE", R.NT_PRSTATUS, bytes(prstatus)), ("CORE", R.NT_FILE, nt_file)]))
-        cf = R.CoreFile(path)
+        ], notes=[("CORE", elf.NT_PRSTATUS, bytes(prstatus)), ("CORE", elf.NT_FILE, nt_file)]))
+        cf = elf.CoreFile.open(path)
         self.assertEqual(cf.threads[0].tid, 4242)
         self.assertEqual(cf.threads[0].regs["rsp"], 0x7FFF0100)
         self.assertEqual(cf.threads[0].regs["rbx"], 0x1234)
         self.assertEqual(len(cf.mappings), 4)
-        space = R.CoreSpace(cf)
+        space = memory.CoreSpace(cf)
         self.assertEqual(bytes(space.buffer(base + 0x2010, base + 0x2018)),
                          struct.pack("<Q", 0xDEADBEEF))
-        with self.assertRaises(core.ReadError):
+        with self.assertRaises(errors.ReadError):
             space.buffer(base + 0x2ff8, base + 0x3008)
         self.assertEqual(space.parts(base + 0x2800, base + 0x4000),
                          ([(base + 0x2800, base + 0x3000)], 0))
         self.assertEqual(space.parts(base + 0x4800, base + 0x5800)[1], 0x800)
-        self.assertEqual(space.prot(base + 0x1800), R.PF_R | R.PF_X)
+        self.assertEqual(space.prot(base + 0x1800), elf.PF_R | elf.PF_X)
 
-        objs = R.loaded_objects(cf.mappings, space=space)
+        objs = rootsmod.loaded_objects(cf.mappings, space=space)
         self.assertEqual([(o.name, o.bias) for o in objs], [("libx.so", base)])
         self.assertEqual(objs[0].writable(), [(base + 0x2000, base + 0x5000)])
         # Only permissions tell the whole-file mapping from the loaded library.
         whole = [(0x6F0000000000, 0x6F0000003000, 0)]
         self.assertEqual(objs[0].elf.bias(whole), 0x6F0000000000)
         self.assertIsNone(objs[0].elf.bias(whole, space.prot))
-        roots, skipped = R.gather_roots(objs, cf.threads, space, exclude=base + 0x1500)
+        roots, skipped = rootsmod.gather_roots(objs, cf.threads, space, exclude=base + 0x1500)
         self.assertEqual([o.name for o in skipped], ["libx.so"])
         self.assertFalse([r for r in roots if r.kind == "data"])
-        roots, skipped = R.gather_roots(objs, cf.threads, space)
+        roots, skipped = rootsmod.gather_roots(objs, cf.threads, space)
         self.assertEqual([(r.start, r.end) for r in roots if r.kind == "data"],
                          [(base + 0x2000, base + 0x5000)])
 
-        self.assertEqual(R.unmatched_objects(cf.mappings, objs, space), [])
-        self.assertEqual(R.unmatched_objects(cf.mappings, [], space), [lib])
-        self.assertEqual(R.unmatched_objects(cf.mappings, [], space, exclude=base + 0x10), [])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, objs, space), [])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, [], space), [lib])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, [], space, exclude=base + 0x10),
+                         [])
 
-        vt = R.Vtables(objs, demangle=lambda ms: {m: "vtable for A" for m in ms})
+        vt = cxxtypes.Vtables(objs, demangle=lambda ms: {m: "vtable for A" for m in ms})
         self.assertEqual(vt.lookup([base + 0x2110, base + 0x2128, base + 0x2090], False),
                          [0, -1, -1])
         self.assertEqual(vt.names([0]), {0: "A"})
 
     def test_not_elf_and_debug_files(self):
-        with self.assertRaises(R.ElfError):
-            R.Elf(self.write("text", b"hello" * 100))
+        with self.assertRaises(errors.ElfError):
+            elf.Elf.open(self.write("text", b"hello" * 100))
         # A separate debug file: segments without contents.
         dbg = self.write("x.debug", elf_file(3, [(1, 4, 0, 0x1000, 0x200), (1, 5, 0x1000, 0x1000,
                                                                              0)]))
-        self.assertIsNone(R.Elf(dbg).bias([(0x10000, 0x12000, 0)]))
-        self.assertEqual(R.loaded_objects([R.Mapping(0x10000, 0x12000, 0, dbg),
-                                           R.Mapping(0x20000, 0x21000, 0, "/nonexistent/x")]),
+        self.assertIsNone(elf.Elf.open(dbg).bias([(0x10000, 0x12000, 0)]))
+        self.assertEqual(rootsmod.loaded_objects([elf.Mapping(0x10000, 0x12000, 0, dbg),
+                                           elf.Mapping(0x20000, 0x21000, 0, "/nonexistent/x")]),
                          [])
 
     def test_maps(self):
-        maps, pieces, mapped = R.parse_maps(
+        maps, pieces, mapped = memory.parse_maps(
             "55d0-55d1 r--p 00000000 08:01 12 /bin/prog\n"
             "55d1-55d2 r-xp 00001000 08:01 12 /bin/prog\n"
             "7ff0-7ff1 ---p 00000000 00:00 0\n"
