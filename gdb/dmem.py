@@ -212,25 +212,27 @@ recording was on, and a table of live blocks and bytes by thread id."""
 
 
 class FoldedCommand(_Sub):
-    """Writes the live (or leaked) bytes as folded stacks for flame graphs.
+    """Writes the live (or lost) bytes as folded stacks for flame graphs.
 
-Usage: dmem folded [--leaks] FILE [--min-size N] [--thread TID] [--match REGEX]
+Usage: dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] [--match REGEX]
 
 Each line of FILE is `outer;...;inner BYTES` (function names, raw addresses
 where unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.
---leaks writes the leaked blocks only (see 'dmem leaks')."""
+--leaks writes the lost blocks only (definitely, indirectly or possibly lost;
+see 'dmem leaks'), or those of the classes --show LIST names."""
 
     name = "folded"
-    allowed = FILTERS + ("--leaks",)
+    allowed = FILTERS + ("--leaks", "--show")
     positional = 1
-    usage = "dmem folded [--leaks] FILE [--min-size N] [--thread TID] [--match REGEX]"
+    usage = "dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] " \
+            "[--match REGEX]"
 
     def run(self, arg):
         o = self.parse(arg)
         if not o.args:
             raise UsageError("a file name is needed (usage: %s)" % self.usage)
         path = os.path.expanduser(o.args[0])
-        source = session.leaks() if o.leaks else session.analysis()
+        source = session.leaks() if o.leaks or o.show else session.analysis()
         text, nstacks, nbytes = source.folded(o)
         try:
             with open(path, "w") as f:
@@ -242,80 +244,94 @@ where unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.
 
 
 class LeaksCommand(_Sub):
-    """Leaked blocks: live blocks that nothing reachable points to, grouped by stack.
+    """Lost blocks, as valgrind's memcheck classes them, grouped by allocation stack.
 
-Usage: dmem leaks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
+Usage: dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
 
 A conservative mark from the roots: every thread's registers and stack (from
-its stack pointer up), each thread's static TLS, and the writable data of the
-program and its libraries (libdmem's own lists excepted).  Any aligned word
-pointing anywhere inside a live block keeps it; what is never reached leaked.
-A leak is direct when no other leaked block points to it, indirect when only
-leaked blocks do (as valgrind and LeakSanitizer count them).  Stacks are listed
-most bytes first (top 20; --limit 0 for all), then a total line with the blocks
-still reachable.  The exit report of DMEM_OPTS=leak-report uses the same rules."""
+its stack pointer, less the red zone, up), each thread's static TLS, and the
+writable data of the program and its libraries, less libdmem's lists and the
+allocator's own state (glibc's main_arena; all writable data of jemalloc,
+tcmalloc or mimalloc).  A word equal to a block's start is a start pointer; one
+inside it an interior pointer.  Each live block is then:
+  still reachable  start pointers lead to it from a root
+  possibly lost    a chain with an interior pointer in it leads to it
+  definitely lost  nothing leads to it from a root, and no other lost block
+                   does either (of a lost cycle, one block)
+  indirectly lost  only lost blocks lead to it
+--show LIST picks the classes listed (comma-separated: definite, indirect,
+possible, reachable, or all; default definite,indirect,possible, as valgrind's
+--show-leak-kinds).  Stacks are listed most bytes first (top 20; --limit 0 for
+all), each with its blocks per class, then a total line with all four classes.
+The exit report of DMEM_OPTS=leak-report uses the same definitions."""
 
     name = "leaks"
-    usage = "dmem leaks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]"
+    allowed = LISTING + ("--show",)
+    usage = "dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] " \
+            "[--limit N]"
 
     def run(self, arg):
         _write(session.leaks().leaks(self.parse(arg)))
 
 
 class TypesCommand(_Sub):
-    """C++ types of the live (or leaked) blocks, from their vtable pointers.
+    """C++ types of the live (or lost) blocks, from their vtable pointers.
 
 Usage: dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
 
 A block whose first word points into a `vtable for X` symbol (_ZTV...) of a
 loaded object counts as an X.  Prints a table of types with block counts and
 bytes, and the stack most of each type's blocks were allocated from.
---leaks looks at leaked blocks only (see 'dmem leaks')."""
+--leaks looks at lost blocks only (definitely, indirectly or possibly lost;
+see 'dmem leaks'), --show LIST at the blocks of the classes listed."""
 
     name = "types"
-    allowed = LISTING + ("--leaks",)
-    usage = "dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] " \
-            "[--limit N]"
+    allowed = LISTING + ("--leaks", "--show")
+    usage = "dmem types [--leaks] [--show LIST] [--json] [--min-size N] [--thread TID] " \
+            "[--match REGEX] [--limit N]"
 
     def run(self, arg):
         _write(session.leaks().types(self.parse(arg)))
 
 
 class WordsCommand(_Sub):
-    """Most frequent values in the contents of live (or leaked) blocks.
+    """Most frequent values in the contents of live (or lost) blocks.
 
-Usage: dmem words [--leaks] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]
+Usage: dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]
                   [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
 
 Without --offset: a histogram of every aligned 8-byte word inside the blocks;
-values that are addresses of symbols are named.  Leaked objects are often the
+values that are addresses of symbols are named.  Lost objects are often the
 most frequent thing in a heap, and their vtable pointers and constant fields
 stand out.  --offset N histograms one field instead: the u64 (or --type) at
 offset N of each block, and --vtable TYPE restricts it to blocks of that C++
 type (as 'dmem types' names it, or the mangled _ZTV symbol), e.g.
   dmem words --leaks --vtable Session --offset 8 --type u32
-to see in which state leaked Session objects were left.  --limit N shows the
-top N values (default 20; 0 for all)."""
+to see in which state lost Session objects were left.  --leaks and --show LIST
+pick blocks by leak class as in 'dmem types'.  --limit N shows the top N values
+(default 20; 0 for all)."""
 
     name = "words"
-    allowed = LISTING + ("--leaks", "--vtable", "--offset", "--type")
-    usage = "dmem words [--leaks] [--vtable TYPE] [--offset N] [--type u8|u16|u32|u64] " \
-            "[--json] [filters]"
+    allowed = LISTING + ("--leaks", "--show", "--vtable", "--offset", "--type")
+    usage = "dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N] " \
+            "[--type u8|u16|u32|u64] [--json] [filters]"
 
     def run(self, arg):
         _write(session.leaks().words(self.parse(arg)))
 
 
 class WhyCommand(_AddressSub):
-    """Why a block is still alive: one chain of references from a root to it.
+    """Why a block is in use, or lost: its leak class and one chain of references to it.
 
 Usage: dmem why [--json] ADDR
 
-ADDR is any gdb expression and may point anywhere inside the block.  For a
-block in use, prints the root (a global or TLS word, a stack slot, a register)
-and each block on a shortest chain down to ADDR's block, with the offset of
-the pointer and each block's allocating stack.  For a leaked block, says so:
-a direct leak, or an indirect one with the chain from its direct leak."""
+ADDR is any gdb expression and may point anywhere inside the block.  Names the
+block's leak class (see 'dmem leaks').  For a block still reachable or possibly
+lost, prints the root (a global or TLS word, a stack slot, a register) and each
+block on a short chain down to ADDR's block, with the offset of each pointer
+(and how far into the block an interior pointer points) and each block's
+allocating stack.  For an indirectly lost block, the chain from the definitely
+lost block that heads its group."""
 
     name = "why"
     usage = "dmem why [--json] ADDR"

@@ -80,19 +80,21 @@ fn parse_report(text: &str) -> (Totals, BTreeMap<String, Group>) {
     (totals, groups)
 }
 
-/// The same from `dmem leaks --json --limit 0`.
+/// The same from `dmem leaks --json --limit 0`: direct is definitely lost, indirect indirectly
+/// lost, reachable still reachable.
 fn parse_leaks_json(json: &str) -> (Totals, BTreeMap<String, Group>) {
     let t = json_query(
         json,
-        "' '.join(str(x) for x in (d['total']['blocks'], d['total']['direct'], \
-         d['total']['indirect'], d['total']['bytes'], d['reachable']['blocks'], \
-         d['reachable']['bytes']))",
+        "' '.join(str(x) for x in (d['total']['blocks'], d['definitely_lost']['blocks'], \
+         d['indirectly_lost']['blocks'], d['total']['bytes'], d['still_reachable']['blocks'], \
+         d['still_reachable']['bytes']))",
     );
     let t = numbers(&t);
     let groups = json_query(
         json,
         "'\\n'.join('%s %d %d %d %d %s' % (','.join(f['pc'] for f in s['stack']), s['blocks'], \
-         s['direct'], s['indirect'], s['bytes'], s['example']) for s in d['stacks'])",
+         s['definitely_lost']['blocks'], s['indirectly_lost']['blocks'], s['bytes'], \
+         s['example']) for s in d['stacks'])",
     );
     let mut out = BTreeMap::new();
     for line in groups.lines().filter(|l| !l.is_empty()) {
@@ -135,17 +137,18 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
     let text = s.out(1);
     assert!(
         text.contains(
-            "total: 28000 bytes leaked in 1500 blocks (501 direct, 999 indirect) from 2 stacks; \
-             1000 blocks (16000 bytes) still reachable"
+            "total: definitely lost 12016 bytes in 501 blocks, indirectly lost 15984 bytes in \
+             999 blocks, possibly lost 0 bytes in 0 blocks, still reachable 16000 bytes in 1000 \
+             blocks"
         ),
         "{text}"
     );
     assert!(
-        text.contains("leak 1: 16000 bytes in 1000 blocks (1 direct, 999 indirect)"),
+        text.contains("stack 1: 16000 bytes in 1000 blocks (1 definitely lost, 999 indirectly lost)"),
         "{text}"
     );
     assert!(
-        text.contains("leak 2: 12000 bytes in 500 blocks (500 direct, 0 indirect)"),
+        text.contains("stack 2: 12000 bytes in 500 blocks (500 definitely lost)"),
         "{text}"
     );
     assert!(text.contains("make_orphan_list"), "{text}");
@@ -184,7 +187,7 @@ fn why_names_the_root_and_the_chain() {
 
     let out = s.out(0);
     assert!(
-        out.contains("is in use: reachable from a root through 3 blocks:"),
+        out.contains("is still reachable: start pointers lead to it from a root through 3 blocks:"),
         "{out}"
     );
     assert!(
@@ -197,22 +200,22 @@ fn why_names_the_root_and_the_chain() {
     let j = s.out(1);
     assert_eq!(
         json_query(j, "(d['class'], d['root']['kind'], len(d['chain']))"),
-        "('reachable', 'data', 3)"
+        "('still_reachable', 'data', 3)"
     );
 
-    assert!(s.out(2).contains("is unreachable: a direct leak"), "{}", s.out(2));
+    assert!(s.out(2).contains("is definitely lost"), "{}", s.out(2));
     let out = s.out(3);
     assert!(
-        out.contains("is unreachable: an indirect leak, held only by leaked blocks"),
+        out.contains("is indirectly lost: only lost blocks point to it"),
         "{out}"
     );
     // The middle of the orphaned list hangs 500 nodes below its head, the direct leak.
     let j = s.out(4);
     assert_eq!(
         json_query(j, "(d['class'], len(d['chain']))"),
-        "('indirect', 501)"
+        "('indirectly_lost', 501)"
     );
-    assert!(s.out(5).contains("is unreachable: a direct leak"), "{}", s.out(5));
+    assert!(s.out(5).contains("is definitely lost"), "{}", s.out(5));
     assert!(s.out(6).contains("not inside any live block"), "{}", s.out(6));
     assert!(s.stderr.contains("an address is needed"), "{}", s.stderr);
 }
@@ -295,11 +298,11 @@ fn other_threads_stacks_and_tls_are_roots() {
     let s = gdb(&dir, "leak_threads", &core, &cmds, &[]);
     let (worker, tls) = (s.out(0), s.out(1));
     assert!(
-        worker.contains("is in use") && worker.contains("in the stack of thread"),
+        worker.contains("is still reachable") && worker.contains("in the stack of thread"),
         "{worker}"
     );
     assert!(
-        tls.contains("is in use") && tls.contains("in the TLS of thread"),
+        tls.contains("is still reachable") && tls.contains("in the TLS of thread"),
         "{tls}"
     );
 }

@@ -5,6 +5,7 @@ import json
 import re
 
 from .errors import UsageError
+from .reach import CLASSES, SHOW_WORDS
 
 JSON_FORMAT = 1
 
@@ -53,6 +54,7 @@ class Options:
         self.vtable = None
         self.offset = None
         self.type = None
+        self.show = None
         self.args = []
 
 
@@ -83,6 +85,25 @@ def _text(_opt, text):
     return text
 
 
+def show_classes(opt, text):
+    """The leak classes of a --show list (`definite`, `indirect`, `possible`, `reachable` or
+    `all`, separated by commas or `+`), in output order."""
+    chosen = set()
+    words = [w for w in re.split(r"[,+]", text) if w]
+    for w in words:
+        if w == "all":
+            chosen.update(CLASSES)
+        elif w in SHOW_WORDS:
+            chosen.add(SHOW_WORDS[w])
+        else:
+            raise UsageError("%s takes definite, indirect, possible, reachable or all, "
+                             "separated by commas, not %r" % (opt, w))
+    if not words:
+        raise UsageError("%s needs at least one of definite, indirect, possible, reachable, all"
+                         % opt)
+    return tuple(c for c in CLASSES if c in chosen)
+
+
 # Every option of every command: the attribute it sets, and how its value is read (None for a
 # flag, which takes no value).  A command names the ones it accepts.
 OPTION_TABLE = {
@@ -96,6 +117,7 @@ OPTION_TABLE = {
     "--match": ("match", _regex),
     "--vtable": ("vtable", _text),
     "--type": ("type", _word_type),
+    "--show": ("show", show_classes),
 }
 
 

@@ -300,12 +300,12 @@ def _target(inferior, layout_addr):
         space = ReaderSpace(gdb_reader(inferior), pieces, mapped)
         threads = gdb_threads(inferior)
     objects = loaded_objects(mappings, open_elf=_open_elf, space=space)
-    roots, skipped = gather_roots(objects, threads, space, exclude=layout_addr)
-    notes = ["%s does not match its mapping in the process (rebuilt or moved since?); its "
-             "data was not scanned, so blocks only it holds show as leaks" % p
-             for p in unmatched_objects(mappings, objects, space, layout_addr)]
-    return Target(space, roots, objects, skipped, symbol_at=symbol_at, demangle=demangle,
-                  notes=notes)
+    found = gather_roots(objects, threads, space, exclude=layout_addr)
+    warnings = ["%s does not match its mapping in the process (rebuilt or moved since?); its "
+                "data was not scanned, so blocks only it holds may show as lost" % p
+                for p in unmatched_objects(mappings, objects, space, layout_addr)]
+    return Target(space, found.roots, objects, found.excluded, symbol_at=symbol_at,
+                  demangle=demangle, notes=found.notes, warnings=warnings)
 
 
 def leaks():
