@@ -30,6 +30,8 @@ mod heap;
 mod lifecycle;
 #[cfg(not(test))]
 mod report;
+#[cfg(not(test))]
+mod stopworld;
 
 #[cfg(not(test))]
 #[global_allocator]
