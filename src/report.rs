@@ -17,7 +17,7 @@ use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
 use crate::reach::{Blocks, Class, Marker};
 use crate::stopworld::{self, Seen, World};
-use crate::{bootstrap, options, thread, unwind};
+use crate::{bootstrap, options, procmaps, thread, unwind};
 use core::fmt::Write;
 use std::collections::HashMap;
 
@@ -233,7 +233,7 @@ fn thread_roots(
 ) {
     // The calling thread: its stack from the report's `Entry` up (which holds its registers),
     // and, through dl_iterate_phdr, every thread-local block of its own, static or dynamic.
-    if let Some((_, top)) = stopworld::stack_mapping(own_sp) {
+    if let Some((_, top)) = procmaps::mapping_containing(own_sp) {
         roots.push((own_sp, top));
     }
     roots.extend_from_slice(&objs.tls);
@@ -255,7 +255,7 @@ fn thread_roots(
         match seen {
             Seen::Stopped { regs, sp, tp } => {
                 roots.push(regs);
-                let Some((lo, top)) = stopworld::stack_mapping(sp) else {
+                let Some((lo, top)) = procmaps::mapping_containing(sp) else {
                     continue;
                 };
                 let stack = (sp.saturating_sub(RED_ZONE).max(lo), top);
@@ -273,7 +273,7 @@ fn thread_roots(
             }
             Seen::NotStopped { tid, sp } => {
                 let stack = sp.and_then(|sp| {
-                    let (lo, top) = stopworld::stack_mapping(sp)?;
+                    let (lo, top) = procmaps::mapping_containing(sp)?;
                     Some((sp.saturating_sub(RED_ZONE).max(lo), top))
                 });
                 if let Some(stack) = stack {

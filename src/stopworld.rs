@@ -4,7 +4,7 @@
 //!
 //! Nothing here allocates once threads are being stopped: a stopped thread may hold the backend
 //! allocator's lock, so `World::prepare` sizes everything first. Threads are found in
-//! /proc/self/task with raw `getdents64`, and memory maps are read with plain `open`/`read`.
+//! /proc/self/task with raw `getdents64` (opendir would allocate).
 //! Waiting is bounded (`WAIT_MS` in all): a thread that blocks the signal, or is stuck where it
 //! cannot take it, does not hang the exit; it is reported as not stopped and its stack is scanned
 //! as it is, from the stack pointer the kernel shows in /proc/self/task/TID/syscall.
@@ -452,51 +452,6 @@ fn dec(v: u32, buf: &mut [u8; 10]) -> &[u8] {
         }
     }
     &buf[i..]
-}
-
-/// The mapping of this process that holds `addr`, as `[start, end)`, from /proc/self/maps. Reads
-/// with a stack buffer and allocates nothing, so it may run while other threads are stopped.
-pub fn stack_mapping(addr: usize) -> Option<(usize, usize)> {
-    // SAFETY: a NUL-terminated path; the descriptor is closed below.
-    let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    let mut buf = [0u8; 4096];
-    let mut have = 0;
-    let mut found = None;
-    'read: loop {
-        // SAFETY: reads into the unused tail of `buf`.
-        let n = unsafe { libc::read(fd, buf[have..].as_mut_ptr().cast(), buf.len() - have) };
-        if n <= 0 {
-            break;
-        }
-        have += n as usize;
-        let mut start = 0;
-        while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
-            let line = &buf[start..start + nl];
-            start += nl + 1;
-            // "lo-hi perms offset dev inode path"
-            let range = line.split(|&b| b == b' ').next().unwrap_or_default();
-            let mut ends = range.split(|&b| b == b'-');
-            if let (Some(lo), Some(hi)) = (ends.next().and_then(parse_hex), ends.next().and_then(parse_hex)) {
-                if lo <= addr && addr < hi {
-                    found = Some((lo, hi));
-                    break 'read;
-                }
-            }
-        }
-        // Keep the partial last line for the next read; a line longer than the buffer (a
-        // very long path) is dropped, since only its leading range matters and it was seen.
-        buf.copy_within(start..have, 0);
-        have -= start;
-        if have == buf.len() {
-            have = 0;
-        }
-    }
-    // SAFETY: closes the descriptor opened above.
-    unsafe { libc::close(fd) };
-    found
 }
 
 /// Calls `emit` with each aligned word of `[start, end)` in this process, read with
