@@ -4,7 +4,12 @@
  * __thread variables while it waits on a condition variable at exit; 5 more 56-byte blocks are
  * orphaned. valgrind: 5 definitely lost, 5 still reachable, and glibc's block for the worker's
  * thread-local storage (its dtv) possibly lost.
+ *
+ * With the argument `worker-exits` the worker calls exit() itself while main waits in
+ * pthread_join: the exit report then runs on the worker, and the main thread's TLS, which the
+ * loader allocated apart from any stack, must still be found. The counts are the same.
  */
+#include <string.h>
 #include <pthread.h>
 #include "leakclass_common.h"
 
@@ -22,9 +27,10 @@ static int ready, never;
 
 static void *worker(void *arg)
 {
-    (void)arg;
     worker_a = must_malloc(72);
     worker_b = must_malloc(72);
+    if (arg)
+        exit(0);
     pthread_mutex_lock(&lock);
     ready = 1;
     pthread_cond_broadcast(&cond);
@@ -50,13 +56,19 @@ __attribute__((noinline)) static void make_orphans(void)
         *(long *)must_malloc(56) = i;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     pthread_t t;
+    int worker_exits = argc > 1 && strcmp(argv[1], "worker-exits") == 0;
     make_main_list();
     make_orphans();
-    if (pthread_create(&t, NULL, worker, NULL))
+    scrub_stack();
+    if (pthread_create(&t, NULL, worker, worker_exits ? &t : NULL))
         return 1;
+    if (worker_exits) {
+        pthread_join(t, NULL);
+        return 1;
+    }
     pthread_mutex_lock(&lock);
     while (!ready)
         pthread_cond_wait(&cond, &lock);
