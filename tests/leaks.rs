@@ -192,9 +192,9 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
     let text = s.out(1);
     assert!(
         text.contains(
-            "total: definitely lost 12016 bytes in 501 blocks, indirectly lost 15984 bytes in \
-             999 blocks, possibly lost 0 bytes in 0 blocks, still reachable 16000 bytes in 1000 \
-             blocks"
+            "total: definitely lost: 12016 bytes in 501 blocks; indirectly lost: 15984 bytes \
+             in 999 blocks; possibly lost: 0 bytes in 0 blocks; still reachable: 16000 bytes in \
+             1000 blocks"
         ),
         "{text}"
     );

@@ -212,7 +212,8 @@ class Leaks:
         rest = self.an.rest_line(groups, listed)
         if rest:
             out.append(rest)
-        out.append("total: " + ", ".join("%s %d bytes in %s" % (
+        # valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
+        out.append("total: " + "; ".join("%s: %d bytes in %s" % (
             CLASS_TEXT[c], totals[c][1], plural(totals[c][0], "block")) for c in CLASSES))
         return "\n".join(out) + "\n"
 

@@ -206,14 +206,14 @@ class ClassificationTests(unittest.TestCase):
                           "lost), e.g. 0x%x, allocated at:" % orphan[0], text)
             self.assertIn("    f2+0x10 (prog.c:3) in prog", text)
             self.assertTrue(text.endswith(
-                "total: definitely lost 136 bytes in 6 blocks, indirectly lost 144 bytes in 9 "
-                "blocks, possibly lost 0 bytes in 0 blocks, still reachable 160 bytes in 10 "
+                "total: definitely lost: 136 bytes in 6 blocks; indirectly lost: 144 bytes in 9 "
+                "blocks; possibly lost: 0 bytes in 0 blocks; still reachable: 160 bytes in 10 "
                 "blocks\n"), text)
             # --show picks the classes listed; the total line stays whole.
             text = lk.leaks(opts("--show reachable"))
             self.assertIn("stack 1: 160 bytes in 10 blocks (10 still reachable)", text)
             self.assertNotIn("stack 2", text)
-            self.assertIn("still reachable 160 bytes in 10 blocks", text)
+            self.assertIn("still reachable: 160 bytes in 10 blocks", text)
             j = leak_json(lk, "--json --show all")
             self.assertEqual(j["total"], {"stacks": 3, "blocks": 25, "bytes": 440})
             self.assertEqual(leak_json(lk, "--json --show definite+indirect")["show"],
