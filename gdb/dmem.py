@@ -3,215 +3,31 @@
     (gdb) source gdb/dmem.py
     (gdb) dmem summary
 
-This file is only the gdb side: it finds the `dmem_layout` descriptor through its ELF symbol
-(in .dynsym, so a stripped libdmem.so works; no debug info of libdmem is used), reads memory in
-large chunks and names code addresses.  Everything else lives in dmem_core.py next to it, which
-never imports gdb.
+This file is the gdb adapter only: it registers every command (one gdb.Command class each),
+splits its arguments with gdb.string_to_argv, and turns the package's one-line errors into
+gdb.GdbError.  The work is done by the `dmemlib` package beside it; `dmemlib/session.py` is
+where gdb is asked for memory, names and threads.  No debug info of libdmem is needed: the
+exported `dmem_layout` descriptor and raw memory are enough.
 """
 
-import importlib
 import os
-import re
 import sys
 
 import gdb
 
 _here = os.path.dirname(os.path.abspath(os.path.expanduser(__file__)))
-if _here not in sys.path:
+if sys.path[:1] != [_here]:
+    if _here in sys.path:
+        sys.path.remove(_here)
     sys.path.insert(0, _here)
 
-# Sourcing the script again picks up an edited dmem_core too.
-if "dmem_core" in sys.modules:
-    importlib.reload(sys.modules["dmem_core"])
-import dmem_core as core  # noqa: E402
+# Sourcing the script again picks up edited modules too.
+for _name in [m for m in sys.modules if m == "dmemlib" or m.startswith("dmemlib.")]:
+    del sys.modules[_name]
 
-# Switches for comparing implementations: DMEM_NO_NUMPY=1 forces the pure-Python decoder, and
-# DMEM_NO_COREFILE=1 makes every read of a core go through gdb.
-_BACKEND = "pure" if os.environ.get("DMEM_NO_NUMPY") else None
-_DIRECT_CORE = not os.environ.get("DMEM_NO_COREFILE")
-
-
-# --------------------------------------------------------------------------------------------
-# Memory and symbols through gdb
-
-
-def _reader(inferior, corefile=None):
-    """read(addr, n) for dmem_core: from the core file when it holds the bytes, else gdb."""
-    def read(addr, n):
-        if corefile is not None:
-            data = corefile.read(addr, n)
-            if data is not None:
-                return data
-        try:
-            # The memoryview over gdb's buffer, not a copy of it.
-            return memoryview(inferior.read_memory(addr, n))
-        except (gdb.MemoryError, gdb.error, OverflowError, ValueError):
-            raise core.ReadError(addr, n) from None
-    return read
-
-
-_CORE_TARGET = re.compile(r"core dump file:\s*`(.*)', file type")
-
-
-def _open_core_file(inferior, layout_addr):
-    """The core file gdb is reading, opened for direct reads, or None (a live process, or any
-    doubt).  Reading a core through gdb costs more than the rest of a walk of its lists."""
-    if not _DIRECT_CORE:
-        return None
-    try:
-        m = _CORE_TARGET.search(gdb.execute("info target", to_string=True))
-        if m is None:
-            return None
-        corefile = core.CoreFile.open(m.group(1))
-        # The same bytes as gdb reads, or we do not use it.
-        n = 8 * len(core.LAYOUT_FIELDS)
-        mine = corefile.read(layout_addr, n)
-        if mine is None or bytes(mine) != bytes(inferior.read_memory(layout_addr, n)):
-            return None
-        return corefile
-    except (gdb.error, OSError, ValueError):
-        return None
-
-
-# `info symbol` answers "NAME + OFF in section SEC of FILE" ("NAME in section ..." at offset 0,
-# and without "of FILE" when the program is the only object file).
-_INFO_SYMBOL = re.compile(
-    r"^(?P<name>.*?)(?: \+ (?P<off>\d+))? in section \S+(?: of (?P<file>.*))?$")
-
-
-def resolve(pc):
-    """Names a return address: function and offset, file and line, and the object it is in.
-
-    A return address points just past the call, which may be the first byte of the next line or
-    even of the next function, so the line and function are looked up at pc - 1, as gdb's own
-    backtrace does; the offset printed is that of the address itself.
-    """
-    look = pc - 1 if pc else pc
-    name = off = fname = line = obj = None
-    try:
-        text = gdb.execute("info symbol 0x%x" % look, to_string=True).strip()
-    except gdb.error:
-        text = ""
-    m = _INFO_SYMBOL.match(text.splitlines()[0]) if text else None
-    if m and not text.startswith("No symbol"):
-        name = m.group("name")
-        off = int(m.group("off") or 0) + (pc - look)
-        obj = m.group("file")
-        if obj is None:
-            prog = gdb.current_progspace()
-            obj = prog.filename if prog is not None else None
-    else:
-        try:
-            block = gdb.block_for_pc(look)
-        except RuntimeError:
-            block = None
-        while block is not None and block.function is None:
-            block = block.superblock
-        if block is not None:
-            name = block.function.print_name
-            off = pc - block.start
-    try:
-        sal = gdb.find_pc_line(look)
-        if sal.symtab is not None and sal.line:
-            fname = sal.symtab.filename
-            line = sal.line
-            obj = obj or sal.symtab.objfile.filename
-    except RuntimeError:
-        pass
-    obj = gdb.solib_name(look) or obj
-    lib = os.path.basename(obj) if obj else None
-    if name is None and fname is None and lib is None:
-        return None
-    return core.Sym(name, off, fname, line, lib)
-
-
-# --------------------------------------------------------------------------------------------
-# The heap of the selected inferior, kept while it cannot have changed
-
-
-class _State:
-    analysis = None
-    key = None
-
-
-def _invalidate(*_):
-    _State.analysis = None
-    _State.key = None
-
-
-for _ev in ("stop", "cont", "exited", "new_objfile", "clear_objfiles", "inferior_call",
-            "memory_changed"):
-    _registry = getattr(gdb.events, _ev, None)
-    if _registry is not None:
-        _registry.connect(_invalidate)
-
-
-_NO_LIBDMEM = ("no dmem_layout symbol: libdmem.so is not loaded in this process (or gdb has not "
-               "loaded its symbols)")
-
-
-def _libdmem_ranges():
-    """Address ranges of the files mapped into the process whose name mentions dmem."""
-    try:
-        text = gdb.execute("info proc mappings", to_string=True)
-    except gdb.error:
-        return []
-    ranges = []
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 5 and f[0].startswith("0x") and "dmem" in os.path.basename(f[-1]):
-            try:
-                ranges.append((int(f[0], 16), int(f[1], 16)))
-            except ValueError:
-                pass
-    return ranges
-
-
-def _layout_address(mem):
-    """The descriptor's address: by its symbol, or else by its magic in libdmem's mapping.
-
-    Returns (address, note) where note, if any, says why the symbol was not used."""
-    try:
-        addr = int(gdb.parse_and_eval("(unsigned long)&dmem_layout"))
-    except gdb.error:
-        addr = None
-    problem = _NO_LIBDMEM
-    if addr is not None:
-        try:
-            core.read_layout(mem, addr)
-            return addr, None
-        except core.LayoutError as e:
-            problem = str(e)
-    found = core.find_layouts(mem, _libdmem_ranges())
-    if not found:
-        raise gdb.GdbError("dmem: " + problem)
-    why = ("gdb has no symbols for libdmem.so" if addr is None
-           else "the libdmem.so gdb loaded is not the one the process ran")
-    return found[0], "dmem: note: %s; using the descriptor found at 0x%x in its mapping\n" % (
-        why, found[0])
-
-
-def analysis():
-    """The Analysis of the selected inferior, walked once per stop."""
-    inferior = gdb.selected_inferior()
-    if not inferior.threads():
-        raise gdb.GdbError("dmem: no process or core file to look at")
-    if _State.analysis is not None and _State.key == (inferior.num, inferior.pid):
-        return _State.analysis
-    addr, note = _layout_address(core.Memory(_reader(inferior)))
-    if note:
-        gdb.write(note, gdb.STDERR)
-    corefile = _open_core_file(inferior, addr)
-    mem = core.Memory(_reader(inferior, corefile))
-    try:
-        heap = core.Heap(mem, addr, backend=_BACKEND)
-    except core.DmemError as e:
-        raise gdb.GdbError("dmem: %s" % e) from None
-    source = ("read from the core file directly (%d segments), else through gdb"
-              % len(corefile.segments) if corefile is not None else "read through gdb")
-    _State.analysis = core.Analysis(heap, core.Symbols(resolve), source)
-    _State.key = (inferior.num, inferior.pid)
-    return _State.analysis
+from dmemlib import output, session  # noqa: E402
+from dmemlib.errors import DmemError, UsageError  # noqa: E402
+from dmemlib.output import FILTERS, LISTING  # noqa: E402
 
 
 def _write(text):
@@ -220,21 +36,12 @@ def _write(text):
         gdb.flush()
 
 
-def _run(fn):
-    """Runs a command body, turning expected failures into one-line gdb errors."""
+def _address(expr):
+    """The value of a gdb expression as an address: how `whatis` and `why` read ADDR."""
     try:
-        return fn()
-    except core.DmemError as e:
-        raise gdb.GdbError("dmem: %s" % e) from None
-    except gdb.MemoryError as e:
-        raise gdb.GdbError("dmem: cannot read memory: %s" % e) from None
-
-
-LISTING = ("--json",) + core.FILTERS
-
-
-# --------------------------------------------------------------------------------------------
-# Commands
+        return int(gdb.parse_and_eval(expr).cast(gdb.lookup_type("unsigned long")))
+    except gdb.error as e:
+        raise UsageError("cannot evaluate %r: %s" % (expr, e)) from None
 
 
 class DmemCommand(gdb.Command):
@@ -258,12 +65,15 @@ walk_alloc_entries (= dmem walk --headers)."""
         super().__init__("dmem", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
 
     def invoke(self, arg, from_tty):
+        self.dont_repeat()
         if arg.strip():
             raise gdb.GdbError("dmem: unknown subcommand %r; see 'help dmem'" % arg.split()[0])
         gdb.execute("help dmem", from_tty)
 
 
 class _Sub(gdb.Command):
+    """One `dmem` subcommand: `allowed` options, up to `positional` other words."""
+
     name = None
     allowed = LISTING
     positional = 0
@@ -273,10 +83,24 @@ class _Sub(gdb.Command):
         super().__init__(name or "dmem " + self.name, gdb.COMMAND_DATA, gdb.COMPLETE_NONE)
 
     def parse(self, arg):
-        return core.parse_args(arg, self.allowed, self.positional, self.usage)
+        try:
+            argv = gdb.string_to_argv(arg or "")
+        except (gdb.error, ValueError) as e:
+            raise UsageError("%s (usage: %s)" % (e, self.usage)) from None
+        return output.parse_args(argv, self.allowed, self.positional, self.usage)
 
     def invoke(self, arg, from_tty):
-        _run(lambda: self.run(arg))
+        # Pressing return again would repeat a scan that may take seconds, for the same answer.
+        self.dont_repeat()
+        try:
+            self.run(arg)
+        except DmemError as e:
+            raise gdb.GdbError("dmem: %s" % e) from None
+        except gdb.MemoryError as e:
+            raise gdb.GdbError("dmem: cannot read memory: %s" % e) from None
+
+    def run(self, arg):
+        raise NotImplementedError
 
 
 class StacksCommand(_Sub):
@@ -291,8 +115,7 @@ as far as gdb knows them, else the raw address."""
     usage = "dmem stacks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]"
 
     def run(self, arg):
-        o = self.parse(arg)
-        _write(analysis().stacks(o))
+        _write(session.analysis().stacks(self.parse(arg)))
 
 
 class SummaryCommand(_Sub):
@@ -307,7 +130,7 @@ bytes, and a total line over every block that passed the filters."""
     usage = "dmem summary [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]"
 
     def run(self, arg):
-        _write(analysis().summary(self.parse(arg)))
+        _write(session.analysis().summary(self.parse(arg)))
 
 
 class WalkCommand(_Sub):
@@ -322,10 +145,21 @@ Usage: dmem walk [--headers] [--json] [--min-size N] [--thread TID] [--match REG
     usage = "dmem walk [--headers] [--json] [filters]"
 
     def run(self, arg):
-        _write(analysis().walk(self.parse(arg)))
+        _write(session.analysis().walk(self.parse(arg)))
 
 
-class WhatisCommand(_Sub):
+class _AddressSub(_Sub):
+    """A subcommand taking options, then ADDR: any gdb expression, to the end of the line."""
+
+    allowed = ("--json",)
+
+    def parse(self, arg):
+        o = output.address_args(arg, self.allowed, self.usage)
+        o.addr = _address(o.args[0])
+        return o
+
+
+class WhatisCommand(_AddressSub):
     """The live block that holds an address, with its allocating thread and stack.
 
 Usage: dmem whatis [--json] ADDR
@@ -335,19 +169,11 @@ block's start, size and ADDR's offset in it.  An address in a block's libdmem
 header or in libdmem's bootstrap arena is reported as such."""
 
     name = "whatis"
-    allowed = ("--json",)
-    positional = 1
     usage = "dmem whatis [--json] ADDR"
 
     def run(self, arg):
         o = self.parse(arg)
-        if not o.args:
-            raise core.UsageError("an address is needed (usage: %s)" % self.usage)
-        try:
-            addr = int(gdb.parse_and_eval(o.args[0]).cast(gdb.lookup_type("unsigned long")))
-        except gdb.error as e:
-            raise core.UsageError("cannot evaluate %r: %s" % (o.args[0], e)) from None
-        _write(analysis().whatis(addr, o))
+        _write(session.analysis().whatis(o.addr, o))
 
 
 class VerifyCommand(_Sub):
@@ -366,7 +192,7 @@ unmapped memory) ends that list's walk, never the command."""
     usage = "dmem verify [--json]"
 
     def run(self, arg):
-        _write(analysis().verify(self.parse(arg)))
+        _write(session.analysis().verify(self.parse(arg)))
 
 
 class StatsCommand(_Sub):
@@ -382,34 +208,137 @@ recording was on, and a table of live blocks and bytes by thread id."""
     usage = "dmem stats [--json]"
 
     def run(self, arg):
-        _write(analysis().stats(self.parse(arg)))
+        _write(session.analysis().stats(self.parse(arg)))
 
 
 class FoldedCommand(_Sub):
-    """Writes the live bytes as folded stacks for flame graphs.
+    """Writes the live (or lost) bytes as folded stacks for flame graphs.
 
-Usage: dmem folded FILE [--min-size N] [--thread TID] [--match REGEX]
+Usage: dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] [--match REGEX]
 
 Each line of FILE is `outer;...;inner BYTES` (function names, raw addresses
-where unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl."""
+where unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.
+--leaks writes the lost blocks only (definitely, indirectly or possibly lost;
+see 'dmem leaks'), or those of the classes --show LIST names."""
 
     name = "folded"
-    allowed = core.FILTERS
+    allowed = FILTERS + ("--leaks", "--show")
     positional = 1
-    usage = "dmem folded FILE [--min-size N] [--thread TID] [--match REGEX]"
+    usage = "dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] " \
+            "[--match REGEX]"
 
     def run(self, arg):
         o = self.parse(arg)
         if not o.args:
-            raise core.UsageError("a file name is needed (usage: %s)" % self.usage)
+            raise UsageError("a file name is needed (usage: %s)" % self.usage)
         path = os.path.expanduser(o.args[0])
-        text, nstacks, nbytes = analysis().folded(o)
+        source = session.leaks() if o.leaks or o.show else session.analysis()
+        text, nstacks, nbytes = source.folded(o)
         try:
             with open(path, "w") as f:
                 f.write(text)
         except OSError as e:
-            raise core.DmemError("cannot write %s: %s" % (path, e.strerror)) from None
-        _write("dmem: wrote %s (%d bytes) to %s\n" % (core.plural(nstacks, "stack"), nbytes, path))
+            raise DmemError("cannot write %s: %s" % (path, e.strerror)) from None
+        _write("dmem: wrote %s (%d bytes) to %s\n" % (output.plural(nstacks, "stack"), nbytes,
+                                                      path))
+
+
+class LeaksCommand(_Sub):
+    """Lost blocks, as valgrind's memcheck classes them, grouped by allocation stack.
+
+Usage: dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
+
+A conservative mark from the roots: every thread's registers and stack (from
+its stack pointer, less the red zone, up), each thread's static TLS, and the
+writable data of the program and its libraries, less libdmem's lists and the
+allocator's own state (glibc's main_arena; all writable data of jemalloc,
+tcmalloc or mimalloc).  A word equal to a block's start is a start pointer; one
+inside it an interior pointer.  Each live block is then:
+  still reachable  start pointers lead to it from a root
+  possibly lost    a chain with an interior pointer in it leads to it
+  definitely lost  nothing leads to it from a root, and no other lost block
+                   does either (of a lost cycle, one block)
+  indirectly lost  only lost blocks lead to it
+--show LIST picks the classes listed (comma-separated: definite, indirect,
+possible, reachable, or all; default definite,indirect,possible, as valgrind's
+--show-leak-kinds).  Stacks are listed most bytes first (top 20; --limit 0 for
+all), each with its blocks per class, then a total line with all four classes.
+The exit report of DMEM_OPTS=leak-report uses the same definitions."""
+
+    name = "leaks"
+    allowed = LISTING + ("--show",)
+    usage = "dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] " \
+            "[--limit N]"
+
+    def run(self, arg):
+        _write(session.leaks().leaks(self.parse(arg)))
+
+
+class TypesCommand(_Sub):
+    """C++ types of the live (or lost) blocks, from their vtable pointers.
+
+Usage: dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
+
+A block whose first word points into a `vtable for X` symbol (_ZTV...) of a
+loaded object counts as an X.  Prints a table of types with block counts and
+bytes, and the stack most of each type's blocks were allocated from.
+--leaks looks at lost blocks only (definitely, indirectly or possibly lost;
+see 'dmem leaks'), --show LIST at the blocks of the classes listed."""
+
+    name = "types"
+    allowed = LISTING + ("--leaks", "--show")
+    usage = "dmem types [--leaks] [--show LIST] [--json] [--min-size N] [--thread TID] " \
+            "[--match REGEX] [--limit N]"
+
+    def run(self, arg):
+        _write(session.leaks().types(self.parse(arg)))
+
+
+class WordsCommand(_Sub):
+    """Most frequent values in the contents of live (or lost) blocks.
+
+Usage: dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]
+                  [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
+
+Without --offset: a histogram of every aligned 8-byte word inside the blocks;
+values that are addresses of symbols are named.  Lost objects are often the
+most frequent thing in a heap, and their vtable pointers and constant fields
+stand out.  --offset N histograms one field instead: the u64 (or --type) at
+offset N of each block, and --vtable TYPE restricts it to blocks of that C++
+type (as 'dmem types' names it, or the mangled _ZTV symbol), e.g.
+  dmem words --leaks --vtable Session --offset 8 --type u32
+to see in which state lost Session objects were left.  --leaks and --show LIST
+pick blocks by leak class as in 'dmem types'.  --limit N shows the top N values
+(default 20; 0 for all)."""
+
+    name = "words"
+    allowed = LISTING + ("--leaks", "--show", "--vtable", "--offset", "--type")
+    usage = "dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N] " \
+            "[--type u8|u16|u32|u64] [--json] [filters]"
+
+    def run(self, arg):
+        _write(session.leaks().words(self.parse(arg)))
+
+
+class WhyCommand(_AddressSub):
+    """Why a block is in use, or lost: its leak class and one chain of references to it.
+
+Usage: dmem why [--json] ADDR
+
+ADDR is any gdb expression and may point anywhere inside the block.  Names the
+block's leak class (see 'dmem leaks').  For a block still reachable or possibly
+lost, prints the root (a global or TLS word, a stack slot, a register) and each
+block on a short chain down to ADDR's block, with the offset of each pointer
+(and how far into the block an interior pointer points) and each block's
+allocating stack.  For an indirectly lost block, the chain from the definitely
+lost block that heads its group."""
+
+    name = "why"
+    usage = "dmem why [--json] ADDR"
+
+    def run(self, arg):
+        o = self.parse(arg)
+        _write(session.leaks().why(o.addr, o))
 
 
 def _alias(name, target, extra=""):
@@ -426,10 +355,8 @@ def _alias(name, target, extra=""):
 
 DmemCommand()
 for _cls in (StacksCommand, SummaryCommand, WalkCommand, WhatisCommand, VerifyCommand,
-             StatsCommand, FoldedCommand):
+             StatsCommand, FoldedCommand, LeaksCommand, TypesCommand, WordsCommand, WhyCommand):
     _cls()
 _alias("show_alloc_stacks", StacksCommand)
 _alias("walk_alloc_bufs", WalkCommand)
 _alias("walk_alloc_entries", WalkCommand, "--headers")
-if os.path.exists(os.path.join(_here, "dmem_leakcmds.py")):  # dmem leaks, types, words, why
-    __import__("dmem_leakcmds").register(sys.modules[__name__])

@@ -1,4 +1,5 @@
-//! Everything libdmem writes: the call trace and the bad-free reports.
+//! Everything libdmem writes: the call trace, the bad-free reports and the one way frames are
+//! described (also used by the exit report).
 //!
 //! The trace runs inside malloc, so it formats into a buffer on the stack and writes with one
 //! `write(2)` per line: no allocation, no stdio, no locks beyond the kernel's.
@@ -195,10 +196,12 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
             .dec(size as u64)
             .str("-byte block from thread ")
             .dec(tid as u64);
-        out.str(", allocated at");
+        out.str(", allocated at ");
         let _guard = thread::Guard::enter();
-        for &pc in frames.iter().take(NFRAMES).take_while(|&&pc| pc != 0) {
-            out.str(" ");
+        for (i, &pc) in frames.iter().take(NFRAMES).take_while(|&&pc| pc != 0).enumerate() {
+            if i > 0 {
+                out.str(", ");
+            }
             describe_pc(&mut out, pc);
         }
     }
@@ -215,10 +218,16 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
     }
 }
 
-/// `function (file:line)` for a return address: the symbol tables and debug info are read with
-/// the `backtrace` crate, falling back to the loader's dynamic symbols, then to the raw address. This
-/// runs only on the way to an abort, so its allocations (on libdmem's own heap) are affordable.
-fn describe_pc(out: &mut Out, pc: usize) {
+/// Describes a return address the one way libdmem prints frames, in the bad-free line and in
+/// the exit report alike: `function (file:line) in object`. Names (demangled), files and lines
+/// come from the symbol tables and debug info through the `backtrace` crate, falling back to the
+/// loader's dynamic symbols (`symbol+0xOFF`), then to the raw address; the object is the loaded
+/// file that holds the address. It allocates (on libdmem's own heap) and takes the
+/// loader's lock in `dladdr`, so it runs only at exit or on the way to an abort, with the
+/// reentrancy guard held and never from inside the loader.
+pub fn describe_pc(out: &mut Out, pc: usize) {
+    // A return address points after the call; the call itself is one byte earlier.
+    let at = pc.wrapping_sub(1) as *mut libc::c_void;
     let mut info: libc::Dl_info = libc::Dl_info {
         dli_fname: core::ptr::null(),
         dli_fbase: core::ptr::null_mut(),
@@ -227,9 +236,9 @@ fn describe_pc(out: &mut Out, pc: usize) {
     };
     // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the loader's
     // tables, which stay valid while the object is loaded.
-    let found = unsafe { libc::dladdr((pc - 1) as *const libc::c_void, &mut info) } != 0;
+    let found = unsafe { libc::dladdr(at, &mut info) } != 0;
     let mut done = false;
-    backtrace::resolve((pc - 1) as *mut libc::c_void, |sym| {
+    backtrace::resolve(at, |sym| {
         if let (false, Some(name)) = (done, sym.name()) {
             let _ = write!(out, "{name:#}");
             if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
@@ -239,15 +248,22 @@ fn describe_pc(out: &mut Out, pc: usize) {
             done = true;
         }
     });
-    if done {
-        return;
+    if !done {
+        if found && !info.dli_sname.is_null() {
+            // SAFETY: dli_sname is a NUL-terminated string from the loader (see above).
+            let name = unsafe { core::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes();
+            out.bytes(name).str("+").hex(pc - info.dli_saddr as usize);
+        } else {
+            out.hex(pc);
+        }
     }
-    if found && !info.dli_sname.is_null() {
-        // SAFETY: dli_sname is a NUL-terminated string from the loader (see above).
-        let name = unsafe { core::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes();
-        out.bytes(name).str("+").hex(pc - info.dli_saddr as usize);
-    } else {
-        out.hex(pc);
+    if found && !info.dli_fname.is_null() {
+        // SAFETY: as for dli_sname.
+        let path = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        if !base.is_empty() {
+            out.str(" in ").bytes(base);
+        }
     }
 }
 

@@ -32,6 +32,8 @@ mod lifecycle;
 mod own_heap;
 #[cfg(not(test))]
 mod report;
+#[cfg(not(test))]
+mod stopworld;
 
 #[cfg(not(test))]
 #[global_allocator]

@@ -59,7 +59,7 @@ extern "C" fn at_exit(status: libc::c_int, _: *mut c_void) {
         free_libc_buffers();
     }
     let mut code = status;
-    if o.leak_report && report::leak_report() > 0 {
+    if o.leak_report && report::leak_report(&report::Entry::capture()) > 0 {
         code = o.leak_exitcode.unwrap_or(status);
     }
     if o.abort_shutdown {
@@ -87,16 +87,19 @@ fn scrub_stack() {
     core::hint::black_box(&area);
 }
 
-/// glibc's own caches (stdio buffers, locale data) are never freed otherwise; valgrind and
-/// LeakSanitizer call this too so that they do not show up as the program's memory.
+/// The C and C++ runtimes' own caches (stdio buffers, locale data, libstdc++'s emergency
+/// exception pool) are never freed otherwise. valgrind calls these two, in this order, so that
+/// they do not show up as the program's memory; so do we, so that the counts agree.
 fn free_libc_buffers() {
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; the symbol, when present, is
-    // glibc's `void __libc_freeres(void)`.
-    unsafe {
-        let f = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_freeres".as_ptr());
-        if !f.is_null() {
-            let f: extern "C" fn() = core::mem::transmute::<*mut c_void, extern "C" fn()>(f);
-            f();
+    for name in [c"_ZN9__gnu_cxx9__freeresEv", c"__libc_freeres"] {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; each symbol, when present,
+        // is a `void f(void)` of glibc (`__libc_freeres`) or libstdc++ (`__gnu_cxx::__freeres`).
+        unsafe {
+            let f = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+            if !f.is_null() {
+                let f: extern "C" fn() = core::mem::transmute::<*mut c_void, extern "C" fn()>(f);
+                f();
+            }
         }
     }
 }

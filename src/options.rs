@@ -5,6 +5,7 @@
 //! fixed buffer.
 
 use crate::diag::Out;
+use crate::reach::Class;
 use core::cell::UnsafeCell;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct Options {
     pub ignore_bad_free: bool,
     pub unwinder: Unwinder,
     pub leak_report: bool,
+    /// Which leak classes the report lists, as a set of `reach::Class::bit`s.
+    pub leak_show: u8,
     pub report_file: [u8; PATH_MAX],
     /// Exit status to use when the leak report finds leaks; None keeps the program's.
     pub leak_exitcode: Option<i32>,
@@ -75,7 +78,12 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "leak-report",
         kind: Kind::Flag(|o| o.leak_report = true),
-        help: "at normal exit, find unreachable blocks and print them grouped by stack (direct/indirect)",
+        help: "at normal exit, report blocks definitely, indirectly or possibly lost, by stack, as valgrind classes them",
+    },
+    Spec {
+        name: "leak-show",
+        kind: Kind::Value("LIST", set_leak_show),
+        help: "leak classes the report lists, +-separated: definite, indirect, possible, reachable or all (default definite+indirect+possible)",
     },
     Spec {
         name: "report-file",
@@ -85,12 +93,12 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "leak-exitcode",
         kind: Kind::Value("N", set_exitcode),
-        help: "exit with status N (0-255) when the leak report finds leaks, to fail a CI job",
+        help: "exit with status N (0-255) when the leak report finds blocks definitely, indirectly or possibly lost",
     },
     Spec {
         name: "no-freeres",
         kind: Kind::Flag(|o| o.freeres = false),
-        help: "at exit, do not call __libc_freeres to drop libc's own buffers before the report or abort",
+        help: "at exit, do not call __libc_freeres and __gnu_cxx::__freeres to drop the runtimes' own buffers before the report or abort",
     },
     Spec {
         name: "ignore-bad-free",
@@ -125,6 +133,28 @@ fn set_exitcode(o: &mut Options, v: &[u8]) -> bool {
     parsed.is_some()
 }
 
+/// The classes a `leak-show` word names. `+` separates them because `,` separates options.
+fn set_leak_show(o: &mut Options, v: &[u8]) -> bool {
+    let mut set = 0;
+    for word in v.split(|&b| b == b'+') {
+        set |= match word {
+            b"definite" => Class::DefinitelyLost.bit(),
+            b"indirect" => Class::IndirectlyLost.bit(),
+            b"possible" => Class::PossiblyLost.bit(),
+            b"reachable" => Class::StillReachable.bit(),
+            b"all" => SHOW_ALL,
+            _ => return false,
+        };
+    }
+    o.leak_show = set;
+    true
+}
+
+const SHOW_ALL: u8 = 0b1111;
+
+/// valgrind's default for --show-leak-kinds: every class but still reachable.
+const SHOW_DEFAULT: u8 = SHOW_ALL & !Class::StillReachable.bit();
+
 fn set_unwinder(o: &mut Options, v: &[u8]) -> bool {
     o.unwinder = match v {
         b"fast" => Unwinder::Fast,
@@ -147,6 +177,7 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     ignore_bad_free: false,
     unwinder: Unwinder::Fast,
     leak_report: false,
+    leak_show: SHOW_DEFAULT,
     report_file: [0; PATH_MAX],
     leak_exitcode: None,
     freeres: true,

@@ -1,20 +1,60 @@
-//! Conservative reachability over the live blocks: which are in use, which leaked.
+//! Conservative reachability over the live blocks, in valgrind's four leak classes.
 //!
-//! Any aligned word in a root range or in a reached block that points anywhere inside a live
-//! block (interior pointers count) makes that block reached. Blocks never reached are leaks,
-//! split as valgrind and LeakSanitizer do: *direct* when no other leaked block points to them,
-//! *indirect* when one does. In a leaked cycle with no way in, the first block in address order
-//! stands as the direct one, so every leaked structure shows at least one direct block.
+//! This is memcheck's algorithm (mc_leakcheck.c), as LEAKSPEC.md states it for both sides:
 //!
-//! The gdb side (`gdb/dmem_core.py`) implements the same rules over a core file; the two must
-//! agree on the same process.
+//! 1. Mark from the roots. A *start pointer* (a word equal to a block's first byte) found in a
+//!    root or in a still-reachable block makes the block **still reachable**. Any other pointer
+//!    into a block, an *interior* one or any pointer found in a possibly-lost block, makes an
+//!    unmarked block **possibly lost**; a possibly-lost block later reached by a start pointer
+//!    from a root or a reachable block is upgraded and scanned again. A worklist runs this to a
+//!    fixed point.
+//! 2. What stays unmarked is lost. In address order, each unmarked block not yet claimed heads a
+//!    clique: it is **definitely lost**, and every unclaimed block it reaches (through any
+//!    pointer, transitively) is **indirectly lost**. A clique that reaches an earlier clique's
+//!    head takes it over (it becomes indirect), so a chain built in any order has exactly one
+//!    definitely-lost head, and a cycle with no way in has one definite block and the rest
+//!    indirect.
+//!
+//! The gdb side implements the same rules over a core file; the two must agree on the same
+//! process, and both agree with valgrind on the same program.
 
-/// The class of one block.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// The class of one block, in valgrind's words.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum Class {
-    Reachable,
-    Direct,
-    Indirect,
+    DefinitelyLost,
+    IndirectlyLost,
+    PossiblyLost,
+    StillReachable,
+}
+
+impl Class {
+    /// Every class, in the order reports list them.
+    pub const ALL: [Class; 4] = [
+        Class::DefinitelyLost,
+        Class::IndirectlyLost,
+        Class::PossiblyLost,
+        Class::StillReachable,
+    ];
+
+    /// The name valgrind prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::DefinitelyLost => "definitely lost",
+            Class::IndirectlyLost => "indirectly lost",
+            Class::PossiblyLost => "possibly lost",
+            Class::StillReachable => "still reachable",
+        }
+    }
+
+    /// The bit for this class in a `leak-show` set.
+    pub const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    /// Whether the class counts as a leak (for `leak-exitcode`): all but still reachable.
+    pub fn is_leak(self) -> bool {
+        self != Class::StillReachable
+    }
 }
 
 /// Live blocks sorted by start address, as `[start, end)` user ranges.
@@ -24,13 +64,20 @@ pub struct Blocks {
 }
 
 impl Blocks {
-    /// `ranges` must be sorted by start and not overlap. A zero-sized block still owns its
-    /// start address, so a pointer to it is seen.
-    pub fn new(ranges: &[(usize, usize)]) -> Blocks {
+    /// Room for `n` blocks, filled with `push`: the exit report sizes it before it stops the other
+    /// threads, since nothing may allocate while they are stopped.
+    pub fn with_capacity(n: usize) -> Blocks {
         Blocks {
-            starts: ranges.iter().map(|r| r.0).collect(),
-            ends: ranges.iter().map(|r| r.1.max(r.0 + 1)).collect(),
+            starts: Vec::with_capacity(n),
+            ends: Vec::with_capacity(n),
         }
+    }
+
+    /// Appends a block; blocks must come in increasing address order and not overlap. A
+    /// zero-sized block still owns its start address, so a pointer to it is seen.
+    pub fn push(&mut self, start: usize, end: usize) {
+        self.starts.push(start);
+        self.ends.push(end.max(start + 1));
     }
 
     pub fn len(&self) -> usize {
@@ -43,86 +90,112 @@ impl Blocks {
         (i > 0 && addr < self.ends[i - 1]).then(|| i - 1)
     }
 
+    /// Block `i`'s first byte.
+    pub fn start(&self, i: usize) -> usize {
+        self.starts[i]
+    }
+
     pub fn range(&self, i: usize) -> (usize, usize) {
         (self.starts[i], self.ends[i])
     }
 }
 
-/// Classifies every block. `scan(start, end, emit)` must call `emit` with each aligned word
-/// stored in `[start, end)`; it is how memory is read, so the same rules work in-process and on
-/// a core file.
-pub fn classify<S>(blocks: &Blocks, roots: &[(usize, usize)], mut scan: S) -> Vec<Class>
-where
-    S: FnMut(usize, usize, &mut dyn FnMut(usize)),
-{
-    const UNSEEN: u8 = 0;
-    const REACHED: u8 = 1;
-    const DIRECT: u8 = 2;
-    const INDIRECT: u8 = 3;
-    let mut state = vec![UNSEEN; blocks.len()];
-    let mut work = Vec::new();
+const UNSEEN: u8 = 0;
+const REACHABLE: u8 = 1;
+const POSSIBLE: u8 = 2;
+const DEFINITE: u8 = 3;
+const INDIRECT: u8 = 4;
 
-    // Mark from the roots.
-    for &(s, e) in roots {
-        scan(s, e, &mut |w| {
-            if let Some(i) = blocks.find(w) {
-                if state[i] == UNSEEN {
-                    state[i] = REACHED;
-                    work.push(i);
-                }
-            }
-        });
+/// The working state of one classification, allocated up front: the exit report makes it before
+/// it stops the other threads, and `classify` then allocates nothing.
+pub struct Marker {
+    state: Vec<u8>,
+    work: Vec<usize>,
+}
+
+impl Marker {
+    /// Room for `n` blocks. A block enters the worklist at most twice in the mark (once possibly
+    /// lost, once reachable) and once in the clique pass, so 2n entries never grow it.
+    pub fn new(n: usize) -> Marker {
+        Marker {
+            state: Vec::with_capacity(n),
+            work: Vec::with_capacity(2 * n + 1),
+        }
     }
-    while let Some(i) = work.pop() {
-        let (s, e) = blocks.range(i);
-        scan(s, e, &mut |w| {
-            if let Some(j) = blocks.find(w) {
-                if state[j] == UNSEEN {
-                    state[j] = REACHED;
+
+    /// Classifies every block; `classes()` then reads the result. `scan(start, end, emit)` must
+    /// call `emit` with each aligned word stored in `[start, end)`: it is how memory is read, so
+    /// the same rules serve in-process and over a core.
+    pub fn classify<S>(&mut self, blocks: &Blocks, roots: &[(usize, usize)], mut scan: S)
+    where
+        S: FnMut(usize, usize, &mut dyn FnMut(usize)),
+    {
+        let state = &mut self.state;
+        let work = &mut self.work;
+        state.clear();
+        state.resize(blocks.len(), UNSEEN);
+        work.clear();
+
+        // A pointer found in memory whose owner is a root or a reachable block (`sure`), or in a
+        // possibly-lost block.
+        let mark = |w: usize, sure: bool, state: &mut Vec<u8>, work: &mut Vec<usize>| {
+            let Some(j) = blocks.find(w) else { return };
+            if sure && w == blocks.start(j) {
+                if state[j] != REACHABLE {
+                    state[j] = REACHABLE;
                     work.push(j);
                 }
+            } else if state[j] == UNSEEN {
+                state[j] = POSSIBLE;
+                work.push(j);
             }
-        });
-    }
-
-    // Every unreached block not yet claimed by another leaked block leads a flood that demotes
-    // whatever it reaches to indirect.
-    for lead in 0..blocks.len() {
-        if state[lead] != UNSEEN {
-            continue;
+        };
+        for &(s, e) in roots {
+            scan(s, e, &mut |w| mark(w, true, state, work));
         }
-        state[lead] = DIRECT;
-        work.push(lead);
         while let Some(i) = work.pop() {
             let (s, e) = blocks.range(i);
-            scan(s, e, &mut |w| {
-                if let Some(j) = blocks.find(w) {
-                    if j == lead {
-                        return;
-                    }
+            // A block queued as possibly lost and upgraded since is queued again; scanning it
+            // with its current class covers both entries.
+            let sure = state[i] == REACHABLE;
+            scan(s, e, &mut |w| mark(w, sure, state, work));
+        }
+
+        // Cliques over what is left, in address order.
+        for head in 0..blocks.len() {
+            if state[head] != UNSEEN {
+                continue;
+            }
+            state[head] = DEFINITE;
+            work.push(head);
+            while let Some(i) = work.pop() {
+                let (s, e) = blocks.range(i);
+                scan(s, e, &mut |w| {
+                    let Some(j) = blocks.find(w) else { return };
                     match state[j] {
                         UNSEEN => {
                             state[j] = INDIRECT;
                             work.push(j);
                         }
-                        // An earlier lead turns out to hang off this structure; its own
-                        // flood already covered what it points to.
-                        DIRECT => state[j] = INDIRECT,
+                        // An earlier clique's head hangs off this one. Its own clique already
+                        // claimed what it reaches, so it need not be scanned again.
+                        DEFINITE if j != head => state[j] = INDIRECT,
                         _ => {}
                     }
-                }
-            });
+                });
+            }
         }
     }
 
-    state
-        .into_iter()
-        .map(|s| match s {
-            REACHED => Class::Reachable,
-            DIRECT => Class::Direct,
-            _ => Class::Indirect,
-        })
-        .collect()
+    /// The class of block `i` after `classify`.
+    pub fn class(&self, i: usize) -> Class {
+        match self.state[i] {
+            REACHABLE => Class::StillReachable,
+            POSSIBLE => Class::PossiblyLost,
+            DEFINITE => Class::DefinitelyLost,
+            _ => Class::IndirectlyLost,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -130,86 +203,114 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// A toy address space: each block or root is a list of words at consecutive addresses.
-    struct Mem(HashMap<usize, usize>);
-
-    impl Mem {
-        fn scan(&self, s: usize, e: usize, emit: &mut dyn FnMut(usize)) {
+    /// Builds `n` 16-byte blocks at 0x1000 + 0x100*i; `links` are (from, to, offset-into-to),
+    /// stored in consecutive words of `from`; `root_to` are (block, offset) pointers in a root.
+    fn world(n: usize, links: &[(usize, usize, usize)], root_to: &[(usize, usize)]) -> Vec<Class> {
+        let addr = |i: usize| 0x1000 + 0x100 * i;
+        let mut mem = HashMap::new();
+        let mut used = vec![0; n];
+        for &(from, to, off) in links {
+            mem.insert(addr(from) + 8 * used[from], addr(to) + off);
+            used[from] += 1;
+        }
+        for (k, &(to, off)) in root_to.iter().enumerate() {
+            mem.insert(0x100 + 8 * k, addr(to) + off);
+        }
+        let mut blocks = Blocks::with_capacity(n);
+        for (i, &words) in used.iter().enumerate() {
+            blocks.push(addr(i), addr(i) + 8 * words.max(2));
+        }
+        let mut m = Marker::new(n);
+        let roots = [(0x100, 0x100 + 8 * root_to.len())];
+        m.classify(&blocks, &roots, |s, e, f| {
             for a in (s..e).step_by(8) {
-                if let Some(&w) = self.0.get(&a) {
-                    emit(w);
+                if let Some(&w) = mem.get(&a) {
+                    f(w);
                 }
             }
-        }
+        });
+        (0..n).map(|i| m.class(i)).collect()
     }
 
-    /// Builds `n` 16-byte blocks at 0x1000 + 0x100*i; `links` are (from, to, offset-into-to).
-    fn world(n: usize, links: &[(usize, usize, usize)], root_to: &[usize]) -> Vec<Class> {
-        let addr = |i: usize| 0x1000 + 0x100 * i;
-        let ranges: Vec<_> = (0..n).map(|i| (addr(i), addr(i) + 16)).collect();
-        let mut mem = HashMap::new();
-        for &(from, to, off) in links {
-            let slot = if mem.contains_key(&addr(from)) {
-                addr(from) + 8
-            } else {
-                addr(from)
-            };
-            mem.insert(slot, addr(to) + off);
-        }
-        for (k, &to) in root_to.iter().enumerate() {
-            mem.insert(0x100 + 8 * k, addr(to));
-        }
-        let mem = Mem(mem);
-        let blocks = Blocks::new(&ranges);
-        classify(&blocks, &[(0x100, 0x100 + 8 * root_to.len())], |s, e, f| {
-            mem.scan(s, e, f)
-        })
-    }
-
-    fn counts(c: &[Class]) -> (usize, usize, usize) {
-        let n = |k| c.iter().filter(|&&x| x == k).count();
-        (n(Class::Reachable), n(Class::Direct), n(Class::Indirect))
+    /// Blocks per class: definitely, indirectly, possibly lost, still reachable.
+    fn counts(c: &[Class]) -> [usize; 4] {
+        Class::ALL.map(|k| c.iter().filter(|&&x| x == k).count())
     }
 
     #[test]
     fn held_list_orphan_list_and_singles() {
         // 0..10 a list held by a root; 10..20 an orphaned list; 20..25 orphans.
         let mut links = vec![];
-        for i in 0..9 {
+        for i in (0..9).chain(10..19) {
             links.push((i, i + 1, 0));
         }
-        for i in 10..19 {
-            links.push((i, i + 1, 0));
-        }
-        let c = world(25, &links, &[0]);
-        assert_eq!(counts(&c), (10, 6, 9));
-        assert_eq!(c[10], Class::Direct);
+        let c = world(25, &links, &[(0, 0)]);
+        assert_eq!(counts(&c), [6, 9, 0, 10]);
+        assert_eq!(c[10], Class::DefinitelyLost);
     }
 
     #[test]
-    fn interior_pointers_count() {
-        let c = world(2, &[(0, 1, 12)], &[0]);
-        assert_eq!(counts(&c), (2, 0, 0));
+    fn interior_pointer_makes_possibly_lost_and_so_does_what_it_holds() {
+        // Root -> 0 (interior) -> 1 (start) -> 2 (start); root -> 3 (start) -> 4 (interior).
+        let c = world(5, &[(0, 1, 0), (1, 2, 0), (3, 4, 8)], &[(0, 8), (3, 0)]);
+        use Class::*;
+        assert_eq!(
+            c,
+            [
+                PossiblyLost,
+                PossiblyLost,
+                PossiblyLost,
+                StillReachable,
+                PossiblyLost
+            ]
+        );
     }
 
     #[test]
-    fn list_built_backwards_still_has_one_direct_head() {
-        // Head is the highest address: the flood from block 0 runs first and is later demoted.
+    fn possibly_lost_is_upgraded_by_a_later_start_pointer() {
+        // The interior pointer comes first in the root; the start pointer to 0 is found later,
+        // through block 1, and must also upgrade 2, which 0 holds.
+        let c = world(3, &[(1, 0, 0), (0, 2, 0)], &[(0, 8), (1, 0)]);
+        assert_eq!(c, [Class::StillReachable; 3]);
+    }
+
+    #[test]
+    fn list_built_backwards_still_has_one_definite_head() {
+        // The head is the highest address: block 0's clique runs first and is taken over.
         let links: Vec<_> = (1..6).map(|i| (i, i - 1, 0)).collect();
         let c = world(6, &links, &[]);
-        assert_eq!(counts(&c), (0, 1, 5));
-        assert_eq!(c[5], Class::Direct);
+        assert_eq!(counts(&c), [1, 5, 0, 0]);
+        assert_eq!(c[5], Class::DefinitelyLost);
     }
 
     #[test]
-    fn orphaned_cycle_keeps_one_direct() {
+    fn orphaned_cycle_keeps_one_definite() {
         let c = world(3, &[(0, 1, 0), (1, 2, 0), (2, 0, 0)], &[]);
-        assert_eq!(counts(&c), (0, 1, 2));
+        assert_eq!(counts(&c), [1, 2, 0, 0]);
+        assert_eq!(c[0], Class::DefinitelyLost);
+    }
+
+    #[test]
+    fn head_allocated_after_its_cycle_takes_the_cycle_over() {
+        // 0 <-> 1 is a cycle; 2 points into it from a higher address.
+        let c = world(3, &[(0, 1, 0), (1, 0, 0), (2, 0, 0)], &[]);
+        use Class::*;
+        assert_eq!(c, [IndirectlyLost, IndirectlyLost, DefinitelyLost]);
+    }
+
+    #[test]
+    fn claimed_block_stays_with_its_first_clique() {
+        // 0 and 2 are heads that both reach 1; 1 stays with 0's clique, and 2 stays definite.
+        let c = world(3, &[(0, 1, 0), (2, 1, 0)], &[]);
+        use Class::*;
+        assert_eq!(c, [DefinitelyLost, IndirectlyLost, DefinitelyLost]);
     }
 
     #[test]
     fn zero_sized_block_is_found_at_its_start() {
-        let blocks = Blocks::new(&[(0x10, 0x10), (0x20, 0x30)]);
+        let mut blocks = Blocks::with_capacity(2);
+        blocks.push(0x10, 0x10);
+        blocks.push(0x20, 0x30);
         assert_eq!(blocks.find(0x10), Some(0));
         assert_eq!(blocks.find(0x11), None);
         assert_eq!(blocks.find(0x2f), Some(1));

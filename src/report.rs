@@ -1,19 +1,28 @@
-//! The leak report printed at exit (`leak-report`).
+//! The leak report printed at exit (`leak-report`), in valgrind's four classes.
 //!
-//! Roots are what LeakSanitizer uses at exit: the writable segments and thread-local blocks of
-//! every loaded object except libdmem itself (whose list heads point at every block), and the
-//! exiting thread's stack from its current stack pointer up. The live blocks are copied out of
-//! the lists under their locks, classified by `reach`, grouped by allocation stack and
-//! symbolised in-process with the `backtrace` crate. Everything here runs once, at exit, so it
-//! may allocate (on libdmem's own heap).
+//! Roots follow LEAKSPEC.md, as the gdb side reads them from a core: every thread's saved
+//! registers and its stack from its stack pointer (less the 128-byte red zone) to the top of the
+//! mapping that holds it, thread-local storage, and the writable segments of every loaded object
+//! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a
+//! preloaded backend) and libdmem itself (whose list heads point at headers, never into blocks).
+//!
+//! The order matters, because other threads are stopped while the mark runs (see `stopworld`):
+//! what needs the loader's lock (`dl_iterate_phdr`) or allocates is done first, then every list
+//! lock is taken, so no block can be freed or added, then the threads are stopped, the mark runs
+//! without allocating, the threads are released and only then are the results grouped,
+//! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
 
-use crate::diag::Out;
+use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
-use crate::reach::{self, Blocks, Class};
-use crate::{options, thread, unwind};
+use crate::reach::{Blocks, Class, Marker};
+use crate::stopworld::{self, Seen, World};
+use crate::{bootstrap, options, procmaps, thread, unwind};
 use core::fmt::Write;
 use std::collections::HashMap;
+
+/// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
+const RED_ZONE: usize = 128;
 
 struct Live {
     start: usize,
@@ -21,11 +30,15 @@ struct Live {
     frames: [usize; NFRAMES],
 }
 
-/// Copies every live block out of the lists. Holding all locks makes the copy consistent even
-/// if other threads still allocate during exit.
+/// Copies every live block out of the lists, sorted by address. The caller holds every list
+/// lock, so the copy is consistent and stays true until the locks are released.
 fn snapshot() -> Vec<Live> {
-    let mut out = Vec::new();
-    lists::lock_all();
+    let n: u64 = LISTS
+        .iter()
+        // SAFETY: every list lock is held (see above), so the counters are stable.
+        .map(|l| unsafe { *l.live_blocks.get() })
+        .sum();
+    let mut out = Vec::with_capacity(n as usize);
     for list in LISTS.iter() {
         // SAFETY: we hold every list lock, so heads and links are stable and every header on a
         // list is a valid live header.
@@ -41,161 +54,421 @@ fn snapshot() -> Vec<Live> {
             h = hr.next;
         }
     }
-    lists::unlock_all();
     out.sort_unstable_by_key(|b| b.start);
     out
 }
 
-/// The address ranges that count as roots.
-fn roots() -> Vec<(usize, usize)> {
-    let mut roots: Vec<(usize, usize)> = Vec::new();
+/// What the loaded objects contribute to the roots, read with `dl_iterate_phdr` before anything
+/// is locked or stopped: it takes the loader's lock, which a stopped thread may hold.
+#[derive(Default)]
+struct Objects {
+    /// Writable segments to scan: every object's but libdmem's and the backend's.
+    data: Vec<(usize, usize)>,
+    /// libc's writable segments when glibc is the backend; `main_arena` is cut out of them.
+    libc_data: Vec<(usize, usize)>,
+    /// The calling thread's thread-local blocks, one per module that has one.
+    tls: Vec<(usize, usize)>,
+    /// The address the backend's `malloc` lives at, to recognise its object.
+    malloc: usize,
+}
+
+fn objects() -> Objects {
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _: usize,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: the loader passes a valid dl_phdr_info for the callback's duration, and `data`
-        // is the Vec passed below.
+        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr array has dlpi_phnum
+        // entries, for the callback's duration; `data` is the Objects passed below.
         unsafe {
             let info = &*info;
-            let roots = &mut *(data as *mut Vec<(usize, usize)>);
+            let objs = &mut *(data as *mut Objects);
             let base = info.dlpi_addr as usize;
-            for i in 0..info.dlpi_phnum as usize {
-                let ph = &*info.dlpi_phdr.add(i);
+            let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let seg = |ph: &libc::Elf64_Phdr| {
                 let start = base + ph.p_vaddr as usize;
-                if unwind::is_own(start) {
-                    continue;
+                (start, start + ph.p_memsz as usize)
+            };
+            let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
+            if loads.clone().any(|ph| unwind::is_own(seg(ph).0)) {
+                return 0;
+            }
+            let backend = loads.clone().any(|ph| {
+                let (s, e) = seg(ph);
+                s <= objs.malloc && objs.malloc < e
+            });
+            let name = if info.dlpi_name.is_null() {
+                &b""[..]
+            } else {
+                core::ffi::CStr::from_ptr(info.dlpi_name).to_bytes()
+            };
+            let is_libc = name.ends_with(b"/libc.so.6") || name == b"libc.so.6";
+            for ph in loads.filter(|ph| ph.p_flags & libc::PF_W != 0) {
+                if !backend {
+                    objs.data.push(seg(ph));
+                } else if is_libc {
+                    objs.libc_data.push(seg(ph));
                 }
-                if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_W != 0 {
-                    roots.push((start, start + ph.p_memsz as usize));
-                } else if ph.p_type == libc::PT_TLS && !info.dlpi_tls_data.is_null() {
+                // Any other backend (jemalloc, tcmalloc, mimalloc): all its writable data is the
+                // allocator's state, left out whole.
+            }
+            for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_TLS) {
+                if !info.dlpi_tls_data.is_null() {
                     let tls = info.dlpi_tls_data as usize;
-                    roots.push((tls, tls + ph.p_memsz as usize));
+                    objs.tls.push((tls, tls + ph.p_memsz as usize));
                 }
             }
         }
         0
     }
-    // SAFETY: `visit` matches the callback type and only appends to the Vec behind `data`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut roots as *mut Vec<(usize, usize)>).cast()) };
-    if let Some(stack) = own_stack() {
-        roots.push(stack);
-    }
-    roots
+    let mut objs = Objects {
+        malloc: bootstrap::real().map_or(0, |r| r.malloc as usize),
+        ..Objects::default()
+    };
+    // SAFETY: `visit` matches the callback type and only appends to the Objects behind `data`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut objs as *mut Objects).cast()) };
+    objs
 }
 
-/// The exiting thread's stack from here to its top: the mapping that holds our stack pointer,
-/// found without `pthread_getattr_np`, which holds the thread's lock while it allocates (see
-/// `procmaps`).
-fn own_stack() -> Option<(usize, usize)> {
-    let marker = 0usize;
-    let sp = core::ptr::addr_of!(marker) as usize;
-    let (_, top) = crate::procmaps::mapping_containing(sp)?;
-    Some((sp & !7, top))
+/// glibc's `main_arena`, found in libc's writable data by its signature (LEAKSPEC.md): in its
+/// `bins` array an empty bin's pair of words (fd, bk) at address Q both hold Q - 16. The longest
+/// run of such pairs, 16 bytes apart and at least 32 long, is taken as `bins`; the struct runs
+/// from 112 bytes before it (mutex, flags, have_fastchunks, fastbinsY[10], top, last_remainder)
+/// to 96 bytes after its last pair (binmap, next, next_free, attached_threads and the two
+/// system_mem counters, rounded up). Runs while other threads are stopped, so the bins hold
+/// still; it reads only memory and allocates nothing.
+fn main_arena(segments: &[(usize, usize)]) -> Option<(usize, usize)> {
+    let mut best = (0usize, 0usize); // (pairs, first pair)
+    for &(start, end) in segments {
+        let start = (start + 7) & !7;
+        for phase in [0, 8] {
+            let (mut run, mut first) = (0, 0);
+            let mut q = start + phase;
+            while q + 16 <= end {
+                // SAFETY: q and q + 8 lie inside a mapped writable segment of libc and are
+                // 8-byte aligned.
+                let (fd, bk) = unsafe { ((q as *const usize).read(), ((q + 8) as *const usize).read()) };
+                if fd == q.wrapping_sub(16) && bk == fd {
+                    if run == 0 {
+                        first = q;
+                    }
+                    run += 1;
+                    if run > best.0 {
+                        best = (run, first);
+                    }
+                } else {
+                    run = 0;
+                }
+                q += 16;
+            }
+        }
+    }
+    let (pairs, first) = best;
+    (pairs >= 32).then(|| (first - 96 - 16, first + 16 * (pairs - 1) + 16 + 16 + 64))
+}
+
+/// `[start, end)` less `cut`, as up to two ranges.
+fn subtract((start, end): (usize, usize), (cs, ce): (usize, usize), out: &mut Vec<(usize, usize)>) {
+    if ce <= start || cs >= end {
+        out.push((start, end));
+        return;
+    }
+    if start < cs {
+        out.push((start, cs));
+    }
+    if ce < end {
+        out.push((ce, end));
+    }
+}
+
+/// Where the exit report was entered from: the calling thread's callee-saved registers, taken
+/// in the caller's frame. The calling thread's stack is scanned from this struct up, so the
+/// report's own frames, which lie below it and hold block addresses of the mark in progress, are
+/// not taken for the program's references, while the registers are.
+pub struct Entry {
+    // Read by the stack scan, not by code.
+    #[allow(dead_code)]
+    regs: [usize; 6],
+}
+
+impl Entry {
+    /// Must be inlined into the caller, so the registers are the caller's.
+    #[inline(always)]
+    pub fn capture() -> Entry {
+        #[allow(unused_mut)]
+        let mut regs = [0usize; 6];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: only copies registers into locals; touches no memory and no flags.
+        unsafe {
+            core::arch::asm!(
+                "mov {0}, rbx", "mov {1}, rbp", "mov {2}, r12", "mov {3}, r13", "mov {4}, r14",
+                "mov {5}, r15",
+                out(reg) regs[0], out(reg) regs[1], out(reg) regs[2], out(reg) regs[3],
+                out(reg) regs[4], out(reg) regs[5], options(nomem, nostack, preserves_flags),
+            );
+        }
+        Entry { regs }
+    }
+}
+
+/// What the mark saw of the threads, for the report's notes.
+#[derive(Default)]
+struct ThreadNotes {
+    /// Threads that did not stop, and whether their stack could be scanned.
+    not_stopped: Vec<(u32, bool)>,
+    missed: usize,
+}
+
+/// Adds every root that depends on the threads: stacks, registers and thread-local blocks.
+/// Runs while the other threads are stopped, so it must not allocate: `roots`, `checked` and
+/// `notes.not_stopped` come with room enough.
+fn thread_roots(
+    world: &World,
+    own_sp: usize,
+    objs: &Objects,
+    blocks: &Blocks,
+    roots: &mut Vec<(usize, usize)>,
+    checked: &mut Vec<(usize, usize)>,
+    notes: &mut ThreadNotes,
+) {
+    // The calling thread: its stack from the report's `Entry` up (which holds its registers),
+    // and, through dl_iterate_phdr, every thread-local block of its own, static or dynamic.
+    if let Some((_, top)) = procmaps::mapping_containing(own_sp) {
+        roots.push((own_sp, top));
+    }
+    roots.extend_from_slice(&objs.tls);
+
+    // Static TLS sits at a fixed distance below the thread pointer, the same for every thread
+    // (glibc's `l_tls_offset`), so the calling thread's blocks give each module's distance. A
+    // block inside a live heap block is a dynamic one (malloc'ed by the loader on first use),
+    // which the dtv reaches, not the thread pointer.
+    // SAFETY: pthread_self only reads the thread register.
+    let tp_self = unsafe { libc::pthread_self() } as usize;
+    let static_tls = || {
+        objs.tls.iter().filter_map(move |&(s, e)| {
+            let off = tp_self.checked_sub(s)?;
+            (off < 16 << 20 && blocks.find(s).is_none()).then_some((off, e - s))
+        })
+    };
+
+    for seen in world.threads() {
+        match seen {
+            Seen::Stopped { regs, sp, tp } => {
+                roots.push(regs);
+                let Some((lo, top)) = procmaps::mapping_containing(sp) else {
+                    continue;
+                };
+                let stack = (sp.saturating_sub(RED_ZONE).max(lo), top);
+                roots.push(stack);
+                // A thread's static TLS lies right below its descriptor, which glibc places at
+                // the top of the thread's stack mapping, so the stack scan above covers it. The
+                // main thread's block is elsewhere (the loader allocated it at start-up): it is
+                // added from its thread pointer.
+                for (off, size) in static_tls() {
+                    let block = (tp - off, tp - off + size);
+                    if block.0 < stack.0 || block.1 > stack.1 {
+                        roots.push(block);
+                    }
+                }
+            }
+            Seen::NotStopped { tid, sp } => {
+                let stack = sp.and_then(|sp| {
+                    let (lo, top) = procmaps::mapping_containing(sp)?;
+                    Some((sp.saturating_sub(RED_ZONE).max(lo), top))
+                });
+                if let Some(stack) = stack {
+                    // It may still run and even exit, unmapping its stack: read with checks.
+                    roots.push(stack);
+                    checked.push(stack);
+                }
+                notes.not_stopped.push((tid, stack.is_some()));
+            }
+        }
+    }
+    notes.missed = world.missed;
+    checked.sort_unstable();
 }
 
 /// Calls `emit` with every aligned word in `[start, end)` of this process's memory.
 fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
     let mut a = (start + 7) & !7;
     while a + 8 <= end {
-        // SAFETY: roots are mapped segments of loaded objects or our own stack, and block ranges
-        // are live blocks held in place by the list snapshot (other threads are not expected to
-        // free during exit); all are readable and the address is 8-byte aligned.
+        // SAFETY: roots are mapped segments of loaded objects, thread-local blocks and the stacks
+        // of stopped threads (a running thread's stack goes through `read_words_checked`), and
+        // block ranges are live blocks held in place by the list locks; all are readable and
+        // the address is 8-byte aligned.
         emit(unsafe { (a as *const usize).read_volatile() });
         a += 8;
     }
 }
 
-/// Runs the report and returns how many blocks leaked. Never inlined: its locals (block
-/// addresses) must die with its frame, below the stack that `abort-shutdown` scrubs.
+/// Runs the report and returns how many blocks leaked (definitely, indirectly or possibly
+/// lost). Never inlined: its locals (block addresses) must die with its frame, below the stack
+/// that `abort-shutdown` scrubs.
 #[inline(never)]
-pub fn leak_report() -> usize {
+pub fn leak_report(entry: &Entry) -> usize {
+    let own_sp = core::hint::black_box(entry) as *const Entry as usize;
     let _guard = thread::Guard::enter();
-    let roots = roots();
-    let live = snapshot();
-    let ranges: Vec<(usize, usize)> = live.iter().map(|b| (b.start, b.start + b.size)).collect();
-    let classes = reach::classify(&Blocks::new(&ranges), &roots, scan_words);
 
+    // Everything that allocates or takes the loader's lock, before the stop.
+    let mut world = World::prepare();
+    let objs = objects();
+    lists::lock_all();
+    let live = snapshot();
+    let mut blocks = Blocks::with_capacity(live.len());
+    for b in &live {
+        blocks.push(b.start, b.start + b.size);
+    }
+    let mut marker = Marker::new(live.len());
+    let room = world.capacity();
+    let mut roots = Vec::with_capacity(
+        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2,
+    );
+    let mut checked = Vec::with_capacity(room);
+    let mut notes = ThreadNotes {
+        not_stopped: Vec::with_capacity(room),
+        missed: 0,
+    };
+
+    world.stop();
+    roots.extend_from_slice(&objs.data);
+    let arena = main_arena(&objs.libc_data);
+    for &seg in &objs.libc_data {
+        match arena {
+            Some(cut) => subtract(seg, cut, &mut roots),
+            None => roots.push(seg),
+        }
+    }
+    thread_roots(
+        &world,
+        own_sp,
+        &objs,
+        &blocks,
+        &mut roots,
+        &mut checked,
+        &mut notes,
+    );
+    marker.classify(&blocks, &roots, |s, e, emit| {
+        if checked.binary_search(&(s, e)).is_ok() {
+            stopworld::read_words_checked(s, e, emit);
+        } else {
+            scan_words(s, e, emit);
+        }
+    });
+    world.release();
+    lists::unlock_all();
+
+    let show = options::get().leak_show;
+    let classes: Vec<Class> = (0..live.len()).map(|i| marker.class(i)).collect();
+    let glibc = !objs.libc_data.is_empty();
+    write_report(&live, &classes, show, &notes, glibc && arena.is_none())
+}
+
+/// Groups the blocks by class and stack, prints the report and returns the count of leaked
+/// blocks.
+fn write_report(live: &[Live], classes: &[Class], show: u8, notes: &ThreadNotes, no_arena: bool) -> usize {
     #[derive(Default)]
     struct Group {
-        direct: usize,
-        indirect: usize,
+        blocks: usize,
         bytes: usize,
         example: usize,
     }
-    let mut groups: HashMap<[usize; NFRAMES], Group> = HashMap::new();
-    let (mut reachable, mut reachable_bytes) = (0, 0);
-    for (b, c) in live.iter().zip(&classes) {
-        if *c == Class::Reachable {
-            reachable += 1;
-            reachable_bytes += b.size;
+    let mut totals: HashMap<Class, (usize, usize)> = HashMap::new();
+    let mut groups: HashMap<(Class, [usize; NFRAMES]), Group> = HashMap::new();
+    for (b, &c) in live.iter().zip(classes) {
+        let t = totals.entry(c).or_default();
+        t.0 += 1;
+        t.1 += b.size;
+        if show & c.bit() == 0 {
             continue;
         }
-        let g = groups.entry(b.frames).or_default();
-        match c {
-            Class::Direct => g.direct += 1,
-            _ => g.indirect += 1,
-        }
+        let g = groups.entry((c, b.frames)).or_default();
+        g.blocks += 1;
         g.bytes += b.size;
         if g.example == 0 {
             g.example = b.start;
         }
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+    groups.sort_by(|a, b| (a.0 .0, b.1.bytes, a.0 .1).cmp(&(b.0 .0, a.1.bytes, b.0 .1)));
 
-    let direct: usize = groups.iter().map(|g| g.1.direct).sum();
-    let indirect: usize = groups.iter().map(|g| g.1.indirect).sum();
-    let bytes: usize = groups.iter().map(|g| g.1.bytes).sum();
     let mut out = open_output();
-    let _ = writeln!(
-        out,
-        "dmem: {} leaked ({direct} direct, {indirect} indirect), {bytes} bytes; {} ({reachable_bytes} bytes) \
-         still reachable",
-        blocks(direct + indirect),
-        blocks(reachable)
-    );
-    for (frames, g) in &groups {
+    let _ = write!(out, "dmem: leak summary:");
+    for (i, c) in Class::ALL.iter().enumerate() {
+        let (n, bytes) = totals.get(c).copied().unwrap_or_default();
+        let _ = write!(
+            out,
+            "{} {}: {bytes} bytes in {}",
+            if i > 0 { ";" } else { "" },
+            c.name(),
+            blocks(n)
+        );
+    }
+    let _ = writeln!(out);
+    for &(tid, scanned) in &notes.not_stopped {
+        if scanned {
+            let _ = writeln!(
+                out,
+                "dmem: thread {tid} could not be stopped; its stack is scanned as it is"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "dmem: thread {tid} could not be stopped and shows no stack pointer; its stack is not scanned"
+            );
+        }
+    }
+    if notes.missed > 0 {
         let _ = writeln!(
             out,
-            "\n{} bytes in {} ({} direct, {} indirect), e.g. {:#x}, allocated at:",
+            "dmem: {} started during the mark and were neither stopped nor scanned",
+            plural(notes.missed, "thread")
+        );
+    }
+    if no_arena {
+        let _ = writeln!(
+            out,
+            "dmem: glibc's main_arena was not found in libc's data, so it is scanned like the rest"
+        );
+    }
+    let hidden: Vec<&str> = Class::ALL
+        .iter()
+        .filter(|c| show & c.bit() == 0 && totals.contains_key(c))
+        .map(|c| c.name())
+        .collect();
+    if !hidden.is_empty() {
+        let _ = writeln!(
+            out,
+            "dmem: not listed: {} (leak-show=all lists every class)",
+            hidden.join(", ")
+        );
+    }
+    for ((class, frames), g) in &groups {
+        let _ = writeln!(
+            out,
+            "\n{} bytes in {} {} {}, e.g. {:#x}, allocated at:",
             g.bytes,
-            blocks(g.direct + g.indirect),
-            g.direct,
-            g.indirect,
+            blocks(g.blocks),
+            if g.blocks == 1 { "is" } else { "are" },
+            class.name(),
             g.example
         );
         for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
             let _ = write!(out, "    #{i} {pc:#x} ");
-            describe(&mut out, pc);
+            diag::describe_pc(&mut out, pc);
             let _ = writeln!(out);
         }
     }
     out.flush();
-    direct + indirect
+    live.iter().zip(classes).filter(|(_, c)| c.is_leak()).count()
 }
 
 fn blocks(n: usize) -> String {
-    format!("{n} block{}", if n == 1 { "" } else { "s" })
+    plural(n, "block")
 }
 
-fn describe(out: &mut Out, pc: usize) {
-    let mut done = false;
-    backtrace::resolve((pc - 1) as *mut libc::c_void, |sym| {
-        if done {
-            return;
-        }
-        if let Some(name) = sym.name() {
-            let _ = write!(out, "{name:#}");
-            if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
-                let _ = write!(out, " ({}:{line})", file.display());
-            }
-            done = true;
-        }
-    });
-    if !done {
-        let _ = write!(out, "??");
-    }
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// stderr, or `report-file=PATH` when given (created or truncated).

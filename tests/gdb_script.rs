@@ -8,15 +8,6 @@ mod gdbrun;
 use common::{fixture, lib_path, make_core, scratch_dir, which};
 use std::path::{Path, PathBuf};
 
-/// The gdb tests need gdb; without it they say so and pass (CI installs it).
-fn have_gdb() -> bool {
-    if which("gdb").is_some() {
-        return true;
-    }
-    eprintln!("skipping: gdb is not installed, so the gdb script cannot be tested here");
-    false
-}
-
 /// One block as `dmem stacks` prints it.
 #[derive(Debug, Clone)]
 struct Listed {
@@ -113,7 +104,7 @@ fn python_unit_tests_pass() {
 
 #[test]
 fn driver_core_holds_exactly_the_leaked_block() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_driver");
@@ -249,7 +240,7 @@ fn driver_core_holds_exactly_the_leaked_block() {
 
 #[test]
 fn threads_get_their_own_blocks() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_threads");
@@ -355,7 +346,7 @@ fn threads_get_their_own_blocks() {
 
 #[test]
 fn stripped_library_works() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_stripped");
@@ -405,7 +396,7 @@ fn stripped_library_works() {
 
 #[test]
 fn library_gone_from_its_path_is_found_in_the_core() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     // The usual situation with a core from elsewhere: gdb cannot open libdmem.so where the
@@ -439,7 +430,7 @@ fn library_gone_from_its_path_is_found_in_the_core() {
 
 #[test]
 fn corrupt_lists_are_reported_not_crashed_on() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let prog = fixture("gdb_corrupt");
@@ -498,7 +489,7 @@ fn corrupt_lists_are_reported_not_crashed_on() {
 
 #[test]
 fn no_libdmem_or_a_damaged_descriptor_gets_one_line() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_no_libdmem");
@@ -562,7 +553,7 @@ fn no_libdmem_or_a_damaged_descriptor_gets_one_line() {
 
 #[test]
 fn many_blocks_every_implementation_agrees() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_many");
@@ -617,7 +608,7 @@ fn many_blocks_every_implementation_agrees() {
 
 #[test]
 fn live_process_stopped_at_exit() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_live");
@@ -644,7 +635,7 @@ fn live_process_stopped_at_exit() {
 
 #[test]
 fn help_lists_every_subcommand() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("gdb_help");
@@ -676,4 +667,57 @@ fn help_lists_every_subcommand() {
     assert!(s.out(1).contains("'dmem stacks'"), "{}", s.out(1));
     assert!(s.out(2).contains("'dmem walk --headers'"), "{}", s.out(2));
     assert!(s.out(3).contains("--min-size"), "{}", s.out(3));
+}
+
+#[test]
+fn folded_leaks_and_addresses_read_alike() {
+    if !gdbrun::have_gdb() {
+        return;
+    }
+    // leak_list keeps the address of one orphan XORed with this, out of a scan's sight.
+    let hidden = "orphan_single_x ^ 0x5a5a5a5a5a5a5a5a";
+    let dir = scratch_dir("gdb_folded_leaks");
+    let prog = fixture("leak_list");
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
+    let folded = dir.join("leaks.folded");
+    let cmds = [
+        "dmem leaks --json --limit 0".to_owned(),
+        format!("dmem folded --leaks {}", folded.display()),
+        format!("dmem whatis --json {hidden}"),
+        format!("dmem why --json {hidden}"),
+        "dmem whatis --json 'held->next'".to_owned(),
+        "dmem why --json held->next".to_owned(),
+    ];
+    let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+    let s = gdbrun::on_core(&dir, &prog, &core, &cmds);
+    s.assert_no_traceback();
+    let q = gdbrun::json_query;
+
+    // One folded line per leaked stack, outermost frame first, with that stack's bytes.
+    let want = q(
+        s.out(0),
+        "'\\n'.join(sorted(';'.join(reversed([f['function'] or f['pc'] for f in st['stack']])) \
+         + ' %d' % st['bytes'] for st in d['stacks']))",
+    );
+    let text = std::fs::read_to_string(&folded).expect("folded file written");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines.join("\n"), want, "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(";make_orphan_list;make_list 16000")),
+        "{text}"
+    );
+    assert!(
+        s.out(1).starts_with("dmem: wrote 2 stacks (28000 bytes) to "),
+        "{}",
+        s.out(1)
+    );
+
+    // whatis and why take ADDR alike: an expression with blanks, or a quoted one.
+    let whatis = q(s.out(2), "d['block']['addr']");
+    assert_eq!(q(s.out(3), "d['chain'][-1]['addr']"), whatis);
+    let whatis = q(s.out(4), "d['block']['addr']");
+    assert_eq!(q(s.out(5), "d['chain'][-1]['addr']"), whatis);
 }

@@ -1,8 +1,10 @@
 //! The `dmem` launcher end to end: real programs run under it, real cores, real gdb.
 
 mod common;
+#[path = "common/gdb.rs"]
+mod gdbrun;
 
-use common::{fixture, scratch_dir, text, which};
+use common::{fixture, scratch_dir, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -19,14 +21,6 @@ fn dmem() -> Command {
 
 fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("spawn dmem")
-}
-
-fn have_gdb() -> bool {
-    if which("gdb").is_none() {
-        eprintln!("skipped: gdb is not installed (.ci/run installs it)");
-        return false;
-    }
-    true
 }
 
 /// Runs `prog args` under `dmem run -o abort-shutdown` in `dir` and returns the core it reports.
@@ -128,7 +122,7 @@ fn run_core_dir_moves_the_core_there() {
 
 #[test]
 fn run_gcore_writes_the_core_through_gdb_and_keeps_the_status() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-gcore");
@@ -160,7 +154,7 @@ fn run_gcore_writes_the_core_through_gdb_and_keeps_the_status() {
 
 #[test]
 fn report_prints_the_summary_and_nothing_of_gdb() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-report");
@@ -194,7 +188,7 @@ fn report_prints_the_summary_and_nothing_of_gdb() {
 
 #[test]
 fn report_passes_subcommands_and_their_flags_through() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-report-sub");
@@ -225,7 +219,7 @@ fn report_passes_subcommands_and_their_flags_through() {
 
 #[test]
 fn report_errors_from_gdb_are_one_line() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-report-error");
@@ -267,7 +261,7 @@ fn svg_titles(svg: &str) -> Vec<String> {
 
 #[test]
 fn flamegraph_draws_a_well_formed_svg_of_the_stacks() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-flamegraph");
@@ -306,7 +300,7 @@ fn flamegraph_draws_a_well_formed_svg_of_the_stacks() {
 
 #[test]
 fn flamegraph_of_leaks_draws_only_what_nothing_points_to() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-flamegraph-leaks");
@@ -329,7 +323,7 @@ fn flamegraph_of_leaks_draws_only_what_nothing_points_to() {
 
 #[test]
 fn demo_prints_the_leak_report_of_the_example() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-demo");
@@ -351,7 +345,7 @@ fn demo_prints_the_leak_report_of_the_example() {
 
 #[test]
 fn install_lays_out_a_prefix_that_works_on_its_own() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-install");
@@ -363,7 +357,7 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
         "lib/libdmem.so",
         "lib/libdmem.so-gdb.py",
         "share/dmem/dmem.py",
-        "share/dmem/dmem_core.py",
+        "share/dmem/dmemlib/session.py",
         "share/dmem/examples/driver",
     ] {
         assert!(

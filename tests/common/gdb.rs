@@ -5,6 +5,21 @@ use crate::common::{output, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Whether `tool` is on PATH. A test that needs a missing tool calls this, returns early and
+/// so passes, after this prints that it skips (CI installs every tool).
+pub fn have_tool(tool: &str) -> bool {
+    if crate::common::which(tool).is_some() {
+        return true;
+    }
+    eprintln!("skipping: {tool} is not installed here (.ci/run installs it)");
+    false
+}
+
+/// Whether gdb is there, for the tests that drive it.
+pub fn have_gdb() -> bool {
+    have_tool("gdb")
+}
+
 /// The script, as a user would source it.
 pub fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("gdb").join("dmem.py")

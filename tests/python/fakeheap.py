@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gdb"))
 
-import dmem_core  # noqa: E402
+from dmemlib import backend, errors, layout, memory, symbols  # noqa: E402
 
 # The usual layout (as libdmem v1 writes it) and a shuffled one with a bigger header.
 STANDARD = dict(header_size=112, nframes=10, off_next=0, off_prev=8, off_frames=16, off_size=96,
@@ -49,7 +49,7 @@ class FakeMemory:
         self.calls += 1
         hit = self._find(addr, n)
         if hit is None:
-            raise dmem_core.ReadError(addr, n)
+            raise errors.ReadError(addr, n)
         base, buf = hit
         return bytes(buf[addr - base:addr - base + n])
 
@@ -95,7 +95,7 @@ class FakeHeap:
 
     def _descriptor(self, recording):
         f = self.fmt
-        w = dict(magic=dmem_core.LAYOUT_MAGIC, version=2, size_bits=48, magic_live=MAGIC_LIVE,
+        w = dict(magic=layout.LAYOUT_MAGIC, version=2, size_bits=48, magic_live=MAGIC_LIVE,
                  magic_freed=MAGIC_FREED, lists=self.LISTS, nlists=self.nlists,
                  list_stride=self.stride, list_off_head=0, list_off_live_blocks=8,
                  list_off_live_bytes=16, list_off_allocs=24, list_off_frees=32,
@@ -107,7 +107,7 @@ class FakeHeap:
         return w
 
     def write_descriptor(self):
-        for i, name in enumerate(dmem_core.LAYOUT_FIELDS):
+        for i, name in enumerate(layout.LAYOUT_FIELDS):
             self.mem.put64(self.LAYOUT + 8 * i, self.words[name])
 
     # ---- list structs
@@ -189,9 +189,9 @@ class FakeHeap:
     def header(self, user):
         return user - self.fmt["header_size"]
 
-    def heap(self, backend=None, **memargs):
-        mem = dmem_core.Memory(self.mem.read, **memargs)
-        return dmem_core.Heap(mem, self.LAYOUT, backend=backend)
+    def heap(self, backend_name=None, **memargs):
+        mem = memory.Memory(self.mem.read, **memargs)
+        return layout.Heap(mem, self.LAYOUT, backend_name)
 
 
 # A symbolizer over made-up code addresses: 0x400000 + 0x100 * k is function f<k> in "prog",
@@ -199,10 +199,10 @@ class FakeHeap:
 def fake_resolve(pc):
     if 0x400000 <= pc < 0x500000:
         k, off = divmod(pc - 0x400000, 0x100)
-        return dmem_core.Sym("f%d" % k, off, "prog.c", k + 1, "prog")
+        return symbols.Sym("f%d" % k, off, "prog.c", k + 1, "prog")
     if 0x7000000 <= pc < 0x7100000:
         k, off = divmod(pc - 0x7000000, 0x100)
-        return dmem_core.Sym("libc_fn%d" % k, off, None, None, "libc.so.6")
+        return symbols.Sym("libc_fn%d" % k, off, None, None, "libc.so.6")
     return None
 
 
@@ -211,4 +211,4 @@ def pc(k, off=0x10):
 
 
 def backends():
-    return ["pure", "numpy"] if dmem_core.HAVE_NUMPY else ["pure"]
+    return [backend.PURE, backend.NUMPY] if backend.HAVE_NUMPY else [backend.PURE]

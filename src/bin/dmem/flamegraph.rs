@@ -77,32 +77,24 @@ pub fn main(args: Vec<OsString>) -> Result<i32> {
     Ok(0)
 }
 
-/// Asks the gdb script for the folded stacks of the core: of every live block from `dmem
-/// folded`, or of the leaked ones from the JSON of `dmem leaks`.
+/// Asks the gdb script for the folded stacks of the core: of every live block, or of the
+/// leaked ones with `--leaks`.
 fn folded_stacks(prog: &Path, core: &Path, leaks: bool) -> Result<String> {
     let dir = std::env::temp_dir().join(format!("dmem-flamegraph-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| failed(format!("cannot create {}: {e}", show(&dir))))?;
     let file = dir.join("stacks.folded");
-    let line = if leaks {
-        LEAKS_FOLDED.replace("PATH", &report::python_bytes(&file))
-    } else {
-        report::gdb_line(&["dmem".to_owned(), "folded".to_owned(), show(&file)])?
-    };
-    let result = report::gdb_command(Some((prog, core)), &line, Sink::Capture).and_then(|_| {
-        std::fs::read_to_string(&file).map_err(|e| failed(format!("gdb wrote no folded stacks: {e}")))
-    });
+    let mut words = vec!["dmem".to_owned(), "folded".to_owned()];
+    if leaks {
+        words.push("--leaks".to_owned());
+    }
+    words.push(show(&file));
+    let result =
+        report::gdb_command(Some((prog, core)), &report::gdb_line(&words)?, Sink::Capture).and_then(|_| {
+            std::fs::read_to_string(&file).map_err(|e| failed(format!("gdb wrote no folded stacks: {e}")))
+        });
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
-
-/// One line of gdb Python: the leaked stacks of `dmem leaks --json` as folded stacks (outermost
-/// frame first; a frame without a function name is its address, as `dmem folded` writes them).
-const LEAKS_FOLDED: &str = "python import json, os; \
-_d = json.loads(gdb.execute('dmem leaks --json --limit 0', to_string=True)); \
-_f = open(os.fsdecode(PATH), 'w'); \
-[_f.write(';'.join(reversed([fr.get('function') or fr.get('pc') or '?' for fr in s['stack']])) \
-+ ' %d\\n' % s['bytes']) for s in _d['stacks']]; \
-_f.close()";
 
 /// Draws folded stacks as an SVG flame graph.
 pub fn render(folded: &str, title: &str, subtitle: &str) -> Result<Vec<u8>> {

@@ -4,7 +4,8 @@
 //! PREFIX/bin/dmem
 //! PREFIX/lib/libdmem.so
 //! PREFIX/lib/libdmem.so-gdb.py        gdb runs it when it loads PREFIX/lib/libdmem.so
-//! PREFIX/share/dmem/dmem.py           the gdb script and the modules beside it
+//! PREFIX/share/dmem/dmem.py           the gdb script
+//! PREFIX/share/dmem/dmemlib/*.py       the package of modules it imports
 //! PREFIX/share/dmem/examples/driver   the example of `dmem demo`
 //! ```
 
@@ -77,9 +78,10 @@ fn install(prefix: &Path) -> Result<Vec<PathBuf>> {
     let script = locate::script()?;
     let example = locate::example()?;
     let script_dir = script.parent().map(Path::to_path_buf).unwrap_or_default();
-    // The script and every module beside it that it imports.
-    let mut modules: Vec<PathBuf> = std::fs::read_dir(&script_dir)
-        .map_err(|e| failed(format!("cannot list {}: {e}", show(&script_dir))))?
+    // The script and the package of modules beside it that it imports.
+    let package = script_dir.join(locate::PACKAGE_NAME);
+    let mut modules: Vec<PathBuf> = std::fs::read_dir(&package)
+        .map_err(|e| failed(format!("cannot list {}: {e}", show(&package))))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "py") && p.is_file())
         .collect();
@@ -94,8 +96,15 @@ fn install(prefix: &Path) -> Result<Vec<PathBuf>> {
     };
     put(&exe, prefix.join("bin").join("dmem"), 0o755)?;
     put(&lib, prefix.join("lib").join(locate::LIB_NAME), 0o755)?;
+    put(&script, share.join(locate::SCRIPT_NAME), 0o644)?;
     for m in &modules {
-        put(m, share.join(m.file_name().unwrap_or_default()), 0o644)?;
+        put(
+            m,
+            share
+                .join(locate::PACKAGE_NAME)
+                .join(m.file_name().unwrap_or_default()),
+            0o644,
+        )?;
     }
     put(&example, share.join("examples").join("driver"), 0o755)?;
     let autoload = prefix.join("lib").join(AUTOLOAD_NAME);

@@ -11,6 +11,8 @@ use std::process::{Command, Stdio};
 
 pub const LIB_NAME: &str = "libdmem.so";
 pub const SCRIPT_NAME: &str = "dmem.py";
+/// The package of modules beside the script, which it imports.
+pub const PACKAGE_NAME: &str = "dmemlib";
 
 /// The directory the running launcher is in, symbolic links resolved.
 pub fn exe_dir() -> Result<PathBuf> {

@@ -276,6 +276,9 @@ pub fn python_bytes(p: &Path) -> String {
 /// One word of a gdb command line, quoted when it has blanks: the script splits its arguments
 /// on blanks and groups quoted words.
 fn gdb_word(w: &str) -> Result<String> {
+    // The script splits words as gdb.string_to_argv does, where a backslash escapes the next
+    // character even inside quotes: doubled, each reaches the command as it was given.
+    let w = &w.replace('\\', "\\\\");
     if !w.is_empty() && !w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
         return Ok(w.to_owned());
     }
@@ -300,5 +303,6 @@ mod tests {
         assert_eq!(gdb_word("a b").unwrap(), "'a b'");
         assert_eq!(gdb_word("it's").unwrap(), "\"it's\"");
         assert!(gdb_word("'\"").is_err());
+        assert_eq!(gdb_word("a\\.b").unwrap(), "a\\\\.b");
     }
 }

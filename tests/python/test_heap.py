@@ -1,26 +1,28 @@
-"""Unit tests of gdb/dmem_core.py on synthetic memory (plain Python, no gdb)."""
+"""Unit tests of the list walk, the block back ends, the memory sources and the answers of the
+listing commands (gdb/dmemlib) on synthetic memory: plain Python, no gdb."""
 
 import json
 import os
 import random
+import shlex
 import struct
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fakeheap import (  # noqa: E402
-    MAGIC_FREED, SHUFFLED, FakeHeap, backends, dmem_core, fake_resolve, pc)
+from fakeheap import MAGIC_FREED, SHUFFLED, FakeHeap, backends, fake_resolve, pc  # noqa: E402
 
-core = dmem_core
+from dmemlib import (backend, blocks, elf, errors, heapcmds, layout, memory, output,  # noqa: E402
+                     symbols)
 
 
 def analysis(fh, backend=None, **memargs):
-    return core.Analysis(fh.heap(backend, **memargs), core.Symbols(fake_resolve))
+    return heapcmds.Analysis(fh.heap(backend, **memargs), symbols.Symbols(fake_resolve))
 
 
-def opts(text="", allowed=("--json", "--headers") + core.FILTERS, positional=1):
-    return core.parse_args(text, allowed, positional)
+def opts(text="", allowed=("--json", "--headers") + output.FILTERS, positional=1):
+    return output.parse_args(shlex.split(text), allowed, positional)
 
 
 def problems_text(rep):
@@ -42,7 +44,7 @@ class LayoutTests(unittest.TestCase):
         fh = FakeHeap()
         fh.words["magic"] = 0x1234
         fh.write_descriptor()
-        with self.assertRaises(core.LayoutError) as cm:
+        with self.assertRaises(errors.LayoutError) as cm:
             fh.heap()
         self.assertIn("magic", str(cm.exception))
         self.assertNotIn("\n", str(cm.exception))
@@ -51,13 +53,13 @@ class LayoutTests(unittest.TestCase):
         fh = FakeHeap()
         fh.words["version"] = 3
         fh.write_descriptor()
-        with self.assertRaisesRegex(core.LayoutError, "version 3"):
+        with self.assertRaisesRegex(errors.LayoutError, "version 3"):
             fh.heap()
 
     def test_unreadable_descriptor(self):
         fh = FakeHeap()
         fh.mem.unmap(FakeHeap.LAYOUT)
-        with self.assertRaisesRegex(core.LayoutError, "cannot read"):
+        with self.assertRaisesRegex(errors.LayoutError, "cannot read"):
             fh.heap()
 
     def test_inconsistent_descriptor(self):
@@ -69,29 +71,29 @@ class LayoutTests(unittest.TestCase):
             fh = FakeHeap()
             fh.words[field] = value
             fh.write_descriptor()
-            with self.assertRaisesRegex(core.LayoutError, why, msg=field):
+            with self.assertRaisesRegex(errors.LayoutError, why, msg=field):
                 fh.heap()
 
     def test_unreadable_list_heads(self):
         fh = FakeHeap()
         fh.mem.unmap(FakeHeap.LISTS)
-        with self.assertRaisesRegex(core.LayoutError, "list heads"):
+        with self.assertRaisesRegex(errors.LayoutError, "list heads"):
             fh.heap()
 
     def test_find_layouts_by_magic(self):
         fh = FakeHeap()
         fh.alloc(10, [pc(1)])
-        mem = core.Memory(fh.mem.read)
+        mem = memory.Memory(fh.mem.read)
         # Unmapped gaps and the heap around the descriptor's page are skipped or searched alike.
         ranges = [(0x1000, 0x3000), (FakeHeap.LAYOUT - 0x2000, FakeHeap.LAYOUT + 0x1000),
                   (FakeHeap.HEAP, FakeHeap.HEAP + 0x4000)]
-        self.assertEqual(core.find_layouts(mem, ranges), [FakeHeap.LAYOUT])
+        self.assertEqual(layout.find_layouts(mem, ranges), [FakeHeap.LAYOUT])
         # A copy of the magic that is not a descriptor is not taken for one.
-        fh.mem.put64(FakeHeap.HEAP + 0x1008, core.LAYOUT_MAGIC)
-        self.assertEqual(core.find_layouts(mem, ranges), [FakeHeap.LAYOUT])
+        fh.mem.put64(FakeHeap.HEAP + 0x1008, layout.LAYOUT_MAGIC)
+        self.assertEqual(layout.find_layouts(mem, ranges), [FakeHeap.LAYOUT])
         fh.words["version"] = 9
         fh.write_descriptor()
-        self.assertEqual(core.find_layouts(core.Memory(fh.mem.read), ranges), [])
+        self.assertEqual(layout.find_layouts(memory.Memory(fh.mem.read), ranges), [])
 
     def test_unrelocated_descriptor_is_refused(self):
         # The library file's copy of the descriptor, as the text mapping's last page can show
@@ -100,10 +102,10 @@ class LayoutTests(unittest.TestCase):
         fh.words["lists"] = 0
         fh.words["flags"] = 0
         fh.write_descriptor()
-        with self.assertRaisesRegex(core.LayoutError, "unrelocated"):
+        with self.assertRaisesRegex(errors.LayoutError, "unrelocated"):
             fh.heap()
         ranges = [(FakeHeap.LAYOUT - 0x1000, FakeHeap.LAYOUT + 0x1000)]
-        self.assertEqual(core.find_layouts(core.Memory(fh.mem.read), ranges), [])
+        self.assertEqual(layout.find_layouts(memory.Memory(fh.mem.read), ranges), [])
 
     def test_not_recording(self):
         fh = FakeHeap(recording=False)
@@ -180,12 +182,12 @@ class MemoryTests(unittest.TestCase):
         base = 0x900000
         buf = m.map(base, 0x3000)  # three pages, so the 1 MiB chunk around them fails
         buf[0x2FF8:0x3000] = b"ABCDEFGH"
-        mem = core.Memory(m.read)
+        mem = memory.Memory(m.read)
         self.assertEqual(mem.read(base + 0x2FF8, 8), b"ABCDEFGH")
         self.assertEqual(mem.read(base + 0x2FF0, 8), bytes(8))
         self.assertFalse(mem.readable(base + 0x3000))
         self.assertFalse(mem.readable(base + 0x2FFC, 8))
-        with self.assertRaises(core.ReadError):
+        with self.assertRaises(errors.ReadError):
             mem.read(base - 8, 8)
 
     def test_read_across_chunks(self):
@@ -193,7 +195,7 @@ class MemoryTests(unittest.TestCase):
         base = 0x10000000
         m.map(base, 3 << 20)
         m.write(base + (1 << 20) - 4, b"12345678")
-        mem = core.Memory(m.read)
+        mem = memory.Memory(m.read)
         self.assertEqual(mem.read(base + (1 << 20) - 4, 8), b"12345678")
         self.assertEqual(len(mem.read(base, 2 << 20)), 2 << 20)
 
@@ -201,7 +203,7 @@ class MemoryTests(unittest.TestCase):
         m = FakeHeap().mem
         base = 0x10000000
         m.map(base, 8 << 20)
-        mem = core.Memory(m.read, chunk=1 << 20, budget=2 << 20)
+        mem = memory.Memory(m.read, chunk=1 << 20, budget=2 << 20)
         for k in range(8):
             mem.read(base + (k << 20), 8)
         self.assertLessEqual(len(mem._chunks), 2)
@@ -212,8 +214,8 @@ class MemoryTests(unittest.TestCase):
         self.assertEqual(mem.reads, n + 1)  # evicted, read again
 
     def test_short_read_is_an_error(self):
-        mem = core.Memory(lambda addr, n: b"x")
-        with self.assertRaises(core.ReadError):
+        mem = memory.Memory(lambda addr, n: b"x")
+        with self.assertRaises(errors.ReadError):
             mem.read(0x1000, 8)
 
     def test_header_straddling_a_chunk_boundary(self):
@@ -250,21 +252,21 @@ class CoreFileTests(unittest.TestCase):
         b = b"\xaa" * 0x1000
         data = self.elf_core([(1, 0x10000, a, 0x1000), (4, 0x20000, b"note", 0),
                               (1, 0x11000, b, 0x1000), (1, 0x30000, b"", 0x2000)])
-        cf = core.CoreFile(data)
+        cf = elf.CoreFile(data)
         self.assertEqual(bytes(cf.read(0x10010, 4)), bytes([16, 17, 18, 19]))
         self.assertEqual(bytes(cf.read(0x11ff8, 8)), b"\xaa" * 8)
         self.assertIsNone(cf.read(0x10ffc, 8))  # spans two segments: left to gdb
         self.assertIsNone(cf.read(0x20000, 4))  # not a PT_LOAD
         self.assertIsNone(cf.read(0x30000, 8))  # in memory but not in the file
         self.assertIsNone(cf.read(0xF000, 8))
-        mem = core.Memory(lambda addr, n: cf.read(addr, n) or b"")
+        mem = memory.Memory(lambda addr, n: cf.read(addr, n) or b"")
         self.assertEqual(mem.read(0x10100, 2), bytes([0, 1]))
 
     def test_rejects_other_files(self):
-        with self.assertRaises(ValueError):
-            core.CoreFile(b"not an elf file at all" * 4)
-        with self.assertRaises(ValueError):
-            core.CoreFile(self.elf_core([(1, 0x1000, b"x" * 8, 8)], e_type=3))
+        with self.assertRaises(errors.ElfError):
+            elf.CoreFile(b"not an elf file at all" * 4)
+        with self.assertRaises(errors.ElfError):
+            elf.CoreFile(self.elf_core([(1, 0x1000, b"x" * 8, 8)], e_type=3))
 
 
 class GroupingAndFilterTests(unittest.TestCase):
@@ -309,9 +311,9 @@ class GroupingAndFilterTests(unittest.TestCase):
                           a.summary(opts("--thread 1")))
             # --match looks at every frame's text, not only the innermost.
             self.assertIn("total: 1300 bytes in 4 blocks from 2 stacks",
-                          a.summary(opts("--match f2\\b")))
+                          a.summary(opts("--match f2\\\\b")))
             self.assertIn("total: 300 bytes in 3 blocks from 1 stack",
-                          a.summary(opts("--match libc\\.so")))
+                          a.summary(opts("--match libc\\\\.so")))
             self.assertIn("total: 0 bytes in 0 blocks from 0 stacks",
                           a.summary(opts("--match nothing-like-this")))
             limited = a.summary(opts("--limit 1"))
@@ -432,22 +434,6 @@ class WhatisTests(unittest.TestCase):
             j = json.loads(an.whatis(a1 + 10, opts("--json")))
             self.assertEqual(j["block"]["offset"], 10)
             self.assertEqual(j["block"]["size"], 100)
-
-    @unittest.skipUnless(core.HAVE_NUMPY, "numpy is not importable")
-    def test_find_many_agrees_with_find(self):
-        fh = FakeHeap()
-        rnd = random.Random(7)
-        for i in range(300):
-            fh.alloc(rnd.choice([0, 1, 8, 100, 3000]), [pc(i % 9)], gap=rnd.choice([0, 16, 64]))
-        for be in backends():
-            h = fh.heap(be)
-            idx = h.index()
-            probes = [rnd.randrange(FakeHeap.HEAP - 100, fh.brk + 100) for _ in range(5000)]
-            many = idx.find_many(probes)
-            for p, k in zip(probes, many):
-                hit = idx.find(p)
-                want = hit[0] if hit is not None and hit[1] == "data" else -1
-                self.assertEqual(int(k), want, hex(p))
 
 
 class VerifyTests(unittest.TestCase):
@@ -622,7 +608,7 @@ class BackendAgreementTests(unittest.TestCase):
             "threads": b.threads(b.everything()),
         }
 
-    @unittest.skipUnless(core.HAVE_NUMPY, "numpy is not importable")
+    @unittest.skipUnless(backend.HAVE_NUMPY, "numpy is not importable")
     def test_numpy_and_pure_agree(self):
         for seed, corrupt in [(1, False), (2, False), (3, True)]:
             fh = self.random_heap(seed, corrupt)
@@ -633,35 +619,55 @@ class BackendAgreementTests(unittest.TestCase):
             if corrupt:
                 self.assertIn("unreadable", pure["verify"])
 
-    @unittest.skipUnless(core.HAVE_NUMPY, "numpy is not importable")
+    @unittest.skipUnless(backend.HAVE_NUMPY, "numpy is not importable")
     def test_hash_collisions_fall_back_to_exact_grouping(self):
         fh = self.random_heap(4)
         want = self.outputs(fh, "pure")["summary"]
-        orig = core.NumpyBlocks.__dict__["_hash_rows"]
+        orig = blocks.NumpyBlocks.__dict__["_hash_rows"]
         try:
             # Every stack hashes alike: only the exact comparison can tell them apart.
-            core.NumpyBlocks._hash_rows = staticmethod(
-                lambda f: core.np.zeros(len(f), dtype=core.np.uint64))
+            blocks.NumpyBlocks._hash_rows = staticmethod(
+                lambda f: backend.np.zeros(len(f), dtype=backend.np.uint64))
             got = analysis(fh, "numpy").summary(opts("--limit 0"))
         finally:
-            core.NumpyBlocks._hash_rows = orig
+            blocks.NumpyBlocks._hash_rows = orig
         self.assertEqual(got, want)
 
 
 class ArgumentTests(unittest.TestCase):
+    ALLOWED = ("--json", "--headers") + output.FILTERS
+
     def test_parse(self):
-        o = opts("--min-size=0x10 --thread 42 --match 'a b\\.c' --limit 3 --json 0x1234")
+        # Words as gdb.string_to_argv hands them over: quotes are gone, backslashes are the
+        # regex's own.
+        o = output.parse_args(["--min-size=0x10", "--thread", "42", "--match", "a b\\.c",
+                               "--limit", "3", "--json", "0x1234"], self.ALLOWED, 1)
         self.assertEqual((o.min_size, o.thread, o.match.pattern, o.limit, o.json, o.args),
                          (16, 42, "a b\\.c", 3, True, ["0x1234"]))
-        self.assertEqual(core.split_words(' x "y z"  \'\' w\\d '), ["x", "y z", "", "w\\d"])
+        o = output.parse_args(["--json", "--", "--headers"], self.ALLOWED, 1)
+        self.assertEqual((o.json, o.headers, o.args), (True, False, ["--headers"]))
 
     def test_errors_are_usage_errors(self):
-        for bad in ["--min-size", "--min-size x", "--limit -1", "--bogus", "--match '('",
-                    "a b", "--json=1", "'unclosed"]:
-            with self.assertRaises(core.UsageError, msg=bad):
-                opts(bad)
-        with self.assertRaises(core.UsageError):
-            core.parse_args("--headers", ("--json",), 0)
+        for bad in [["--min-size"], ["--min-size", "x"], ["--limit", "-1"], ["--bogus"],
+                    ["--match", "("], ["a", "b"], ["--json=1"]]:
+            with self.assertRaises(errors.UsageError, msg=bad):
+                output.parse_args(bad, self.ALLOWED, 1)
+        with self.assertRaises(errors.UsageError):
+            output.parse_args(["--headers"], ("--json",), 0)
+
+    def test_address_is_the_rest_of_the_line(self):
+        # whatis and why read ADDR alike: options, then one gdb expression, spaces and all.
+        for text, want in [("held->next", (False, "held->next")),
+                           ("--json  x ^ 0x5a5a ", (True, "x ^ 0x5a5a")),
+                           ("'a + 1'", (False, "a + 1")),
+                           ("'file.c'::var + 8", (False, "'file.c'::var + 8")),
+                           ('"it\'s"', (False, "it's"))]:
+            o = output.address_args(text, usage="x")
+            self.assertEqual((o.json, o.args), (want[0], [want[1]]), text)
+        for bad, why in [("", "an address is needed"), ("--json", "an address is needed"),
+                         ("--bogus x", "unknown option --bogus"), ("--json=1 x", "no value")]:
+            with self.assertRaisesRegex(errors.UsageError, why, msg=bad):
+                output.address_args(bad, usage="x")
 
 
 if __name__ == "__main__":

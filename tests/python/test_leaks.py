@@ -1,14 +1,16 @@
-"""Unit tests of gdb/dmem_reach.py on synthetic memory (plain Python, no gdb).
+"""Unit tests of leak finding (gdb/dmemlib: elf, memory, roots, reach, cxxtypes, leakcmds) on
+synthetic memory and hand-made ELF files: plain Python, no gdb.
 
 The heap comes from fakeheap.FakeHeap; a data segment next to it plays the roots.  Every answer
 is checked on both backends, and the classification against a direct transcription of the
-exit report's algorithm (src/reach.rs) on random heaps.
+leak classes against a literal transcription of memcheck's algorithm on random heaps.
 """
 
 import bisect
 import json
 import os
 import random
+import shlex
 import struct
 import sys
 import tempfile
@@ -16,11 +18,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fakeheap import FakeHeap, backends, dmem_core, fake_resolve, pc  # noqa: E402
+from fakeheap import FakeHeap, backends, fake_resolve, pc  # noqa: E402
 
-import dmem_reach as R  # noqa: E402  (fakeheap put gdb/ on the path)
-
-core = dmem_core
+from dmemlib import (backend, cxxtypes, elf, errors, heapcmds, leakcmds, memory,  # noqa: E402
+                     output, reach, symbols)
+from dmemlib import roots as rootsmod  # noqa: E402
 
 
 class World:
@@ -47,28 +49,45 @@ class World:
 
     def space(self):
         pieces = [(b, b + len(buf)) for b, buf in self.fh.mem.regions]
-        mapped = [(s, e, R.PF_R | R.PF_W) for s, e in pieces + self.extra_mapped]
-        return R.ReaderSpace(self.fh.mem.read, pieces, mapped)
+        mapped = [(s, e, elf.PF_R | elf.PF_W) for s, e in pieces + self.extra_mapped]
+        return memory.ReaderSpace(self.fh.mem.read, pieces, mapped)
 
     def roots(self):
-        return [R.Root("data", "writable data of prog", self.DATA, self.DATA + 0x1000, None)]
+        return [rootsmod.Root("data", "writable data of prog", self.DATA, self.DATA + 0x1000, None)]
 
     def leaks(self, backend, roots=None, **target_args):
-        an = core.Analysis(self.fh.heap(backend), core.Symbols(fake_resolve))
-        target = R.Target(self.space(), self.roots() if roots is None else roots, **target_args)
-        return R.Leaks(an, target)
+        an = heapcmds.Analysis(self.fh.heap(backend), symbols.Symbols(fake_resolve))
+        target = rootsmod.Target(self.space(), self.roots() if roots is None else roots,
+                                 **target_args)
+        return leakcmds.Leaks(an, target)
 
 
-def opts(text="", allowed=("--json", "--leaks", "--vtable", "--offset", "--type") + core.FILTERS):
-    return R.parse_leak_args(text, allowed, 0, "test")
+def opts(text="", allowed=("--json", "--leaks", "--show", "--vtable", "--offset", "--type")
+         + output.FILTERS):
+    return output.parse_args(shlex.split(text), allowed, 0, "test")
 
 
 def leak_json(lk, text="--json --limit 0"):
     return json.loads(lk.leaks(opts(text)))
 
 
+R_, P_, D_, I_ = reach.REACHABLE, reach.POSSIBLE, reach.DEFINITE, reach.INDIRECT
+
+
+def counts(lk):
+    """(still reachable, possibly lost, definitely lost, indirectly lost) blocks."""
+    c = lk.reach().counts()
+    return c[R_], c[P_], c[D_], c[I_]
+
+
+def class_of(lk, user):
+    return lk.reach().state[int(lk.rank[lk.heap.index().find(user)[0]])]
+
+
 def reference(starts, sizes, roots_words, word_at):
-    """The exit report's classification (src/reach.rs), transcribed literally."""
+    """memcheck's classification (mc_leakcheck.c, as LEAKSPEC.md words it), transcribed
+    literally: a worklist mark with upgrades, then cliques in address order."""
+    UNMARKED, REACH, POSS, DEF, IND = 0, R_, P_, D_, I_
     ends = [max(s + z, s + 1) for s, z in zip(starts, sizes)]
 
     def find(a):
@@ -82,34 +101,44 @@ def reference(starts, sizes, roots_words, word_at):
             a += 8
 
     n = len(starts)
-    st = [0] * n
+    st = [UNMARKED] * n
     work = []
-    for w in roots_words:
+
+    def push(w, from_definite):
         i = find(w)
-        if i is not None and st[i] == 0:
-            st[i] = 1
+        if i is None:
+            return
+        via = REACH if w == starts[i] and from_definite else POSS
+        if st[i] == UNMARKED or (st[i] == POSS and via == REACH):
+            st[i] = via
             work.append(i)
+
+    for w in roots_words:
+        push(w, True)
     while work:
-        for w in scan(work.pop()):
-            j = find(w)
-            if j is not None and st[j] == 0:
-                st[j] = 1
-                work.append(j)
-    for lead in range(n):
-        if st[lead]:
+        i = work.pop()
+        for w in scan(i):
+            push(w, st[i] == REACH)
+    clique = [None] * n
+    for head in range(n):
+        if st[head] != UNMARKED or clique[head] is not None:
             continue
-        st[lead] = 2
-        work.append(lead)
+        st[head] = DEF
+        clique[head] = head
+        work.append(head)
         while work:
             for w in scan(work.pop()):
                 j = find(w)
-                if j is None or j == lead:
+                if j is None or j == head:
                     continue
-                if st[j] == 0:
-                    st[j] = 3
+                if st[j] == UNMARKED and clique[j] is None:
+                    st[j] = IND
+                    clique[j] = head
                     work.append(j)
-                elif st[j] == 2:
-                    st[j] = 3
+                elif st[j] == DEF and clique[j] == j:
+                    # A previous head, reached by this one: demoted into this clique.
+                    st[j] = IND
+                    clique[j] = head
     return st
 
 
@@ -122,7 +151,8 @@ def random_world(seed):
     sizes = {u: w.fh.field(w.fh.header(u), "size") & ((1 << 48) - 1) for u in users}
 
     def somewhere(u):
-        return u + rnd.randrange(max(sizes[u], 1))
+        # The start half the time: the classes turn on start pointers against interior ones.
+        return u if rnd.random() < 0.5 else u + rnd.randrange(max(sizes[u], 1))
 
     for i, u in enumerate(users):
         for a in range(u, u + sizes[u] - 7, 8):
@@ -157,29 +187,43 @@ class ClassificationTests(unittest.TestCase):
                     w.put(a, b)
             w.root(held[0])
             lk = w.leaks(be)
-            self.assertEqual(lk.reach().counts(), (10, 6, 9), be)
+            self.assertEqual(counts(lk), (10, 0, 6, 9), be)
             j = leak_json(lk)
-            self.assertEqual((j["total"]["blocks"], j["total"]["direct"], j["total"]["indirect"]),
-                             (15, 6, 9))
-            self.assertEqual(j["reachable"], {"blocks": 10, "bytes": 160})
+            self.assertEqual(j["definitely_lost"], {"blocks": 6, "bytes": 16 + 5 * 24})
+            self.assertEqual(j["indirectly_lost"], {"blocks": 9, "bytes": 9 * 16})
+            self.assertEqual(j["possibly_lost"], {"blocks": 0, "bytes": 0})
+            self.assertEqual(j["still_reachable"], {"blocks": 10, "bytes": 160})
+            self.assertEqual(j["show"], ["definite", "indirect", "possible"])
+            self.assertEqual(j["total"], {"stacks": 2, "blocks": 15, "bytes": 280})
             by_frame = {s["stack"][0]["function"]: s for s in j["stacks"]}
-            self.assertEqual((by_frame["f2"]["direct"], by_frame["f2"]["indirect"]), (1, 9))
+            self.assertEqual((by_frame["f2"]["definitely_lost"]["blocks"],
+                              by_frame["f2"]["indirectly_lost"]["blocks"]), (1, 9))
             self.assertEqual(by_frame["f2"]["example"], "0x%x" % orphan[0])
-            self.assertEqual((by_frame["f3"]["direct"], by_frame["f3"]["indirect"]), (5, 0))
+            self.assertEqual(by_frame["f3"]["definitely_lost"], {"blocks": 5, "bytes": 120})
             self.assertNotIn("f1", by_frame)
             text = lk.leaks(opts())
-            self.assertIn("leak 1: 160 bytes in 10 blocks (1 direct, 9 indirect), e.g. 0x%x, "
-                          "allocated at:" % orphan[0], text)
+            self.assertIn("stack 1: 160 bytes in 10 blocks (1 definitely lost, 9 indirectly "
+                          "lost), e.g. 0x%x, allocated at:" % orphan[0], text)
             self.assertIn("    f2+0x10 (prog.c:3) in prog", text)
-            self.assertTrue(text.endswith("total: 280 bytes leaked in 15 blocks (6 direct, "
-                                          "9 indirect) from 2 stacks; 10 blocks (160 bytes) "
-                                          "still reachable\n"), text)
+            self.assertTrue(text.endswith(
+                "total: definitely lost: 136 bytes in 6 blocks; indirectly lost: 144 bytes in 9 "
+                "blocks; possibly lost: 0 bytes in 0 blocks; still reachable: 160 bytes in 10 "
+                "blocks\n"), text)
+            # --show picks the classes listed; the total line stays whole.
+            text = lk.leaks(opts("--show reachable"))
+            self.assertIn("stack 1: 160 bytes in 10 blocks (10 still reachable)", text)
+            self.assertNotIn("stack 2", text)
+            self.assertIn("still reachable: 160 bytes in 10 blocks", text)
+            j = leak_json(lk, "--json --show all")
+            self.assertEqual(j["total"], {"stacks": 3, "blocks": 25, "bytes": 440})
+            self.assertEqual(leak_json(lk, "--json --show definite+indirect")["show"],
+                             ["definite", "indirect"])
 
-    def test_agrees_with_the_exit_report_algorithm(self):
-        saved = R.SMALL_LEVEL, R.Reach.ROUNDS
+    def test_agrees_with_memcheck(self):
+        saved = reach.SMALL_LEVEL, reach.Reach.ROUNDS
         try:
             for small, rounds in ((48, 6), (1, 0), (2, 1), (10 ** 9, 100)):
-                R.SMALL_LEVEL, R.Reach.ROUNDS = small, rounds
+                reach.SMALL_LEVEL, reach.Reach.ROUNDS = small, rounds
                 for seed in range(40):
                     w, users, sizes = random_world(seed)
                     order = sorted(users)
@@ -194,7 +238,7 @@ class ClassificationTests(unittest.TestCase):
                         got[be] = ([r.chain(k) for k in range(lk.graph.n)], list(r.parent))
                     self.assertEqual(len(set(map(repr, got.values()))), 1, seed)
         finally:
-            R.SMALL_LEVEL, R.Reach.ROUNDS = saved
+            reach.SMALL_LEVEL, reach.Reach.ROUNDS = saved
 
     def test_long_chains_and_cycles(self):
         for be in backends():
@@ -207,20 +251,81 @@ class ClassificationTests(unittest.TestCase):
                 for a, b in links:
                     w.put(a, b + 8)  # interior pointers
                 lk = w.leaks(be)
-                self.assertEqual(lk.reach().counts(), (0, 1, 2999), (be, backwards))
+                self.assertEqual(counts(lk), (0, 0, 1, 2999), (be, backwards))
                 head = nodes[-1] if backwards else nodes[0]
-                self.assertEqual(lk.reach().state[int(lk.rank[lk.heap.index().find(head)[0]])],
-                                 R.DIRECT)
-                # Held from the far end instead, the whole chain is reachable.
+                self.assertEqual(class_of(lk, head), D_)
+                # Held by its start from the far end: only the head is still reachable, the
+                # rest hangs off interior pointers.
                 w.root(head)
-                self.assertEqual(w.leaks(be).reach().counts(), (3000, 0, 0))
+                self.assertEqual(counts(w.leaks(be)), (1, 2999, 0, 0))
             w = World()
             ring = [w.block(32, k=1) for _ in range(5)]
             for a, b in zip(ring, ring[1:] + ring[:1]):
                 w.put(a + 8, b)
             tail = w.block(8, k=2)
             w.put(ring[3] + 16, tail)
-            self.assertEqual(w.leaks(be).reach().counts(), (0, 1, 5))
+            lk = w.leaks(be)
+            self.assertEqual(counts(lk), (0, 0, 1, 5))
+            self.assertEqual(class_of(lk, ring[0]), D_)
+
+    def test_cycles_as_memcheck_counts_them(self):
+        # LEAKSPEC's cycles: an orphaned 3-cycle; a 2-cycle allocated before the orphaned head
+        # that points into it (the cycle heads a clique first, then the head takes it over);
+        # a held 4-cycle.
+        for be in backends():
+            w = World()
+
+            def cycle(n):
+                nodes = [w.block(48) for _ in range(n)]
+                for a, b in zip(nodes, nodes[1:] + nodes[:1]):
+                    w.put(a, b)
+                return nodes
+
+            three = cycle(3)
+            two = cycle(2)
+            head = w.block(48)
+            w.put(head, two[0])
+            held = cycle(4)
+            w.root(held[2])
+            lk = w.leaks(be)
+            self.assertEqual(counts(lk), (4, 0, 2, 4), be)
+            self.assertEqual([class_of(lk, u) for u in three + two + [head]],
+                             [D_, I_, I_, I_, I_, D_])
+            text = lk.why(two[1], opts())
+            self.assertIn("0x%x is indirectly lost: only lost blocks point to it; a chain from "
+                          "the definitely lost block 0x%x:" % (two[1], head), text)
+
+    def test_interior_pointers_make_possibly_lost(self):
+        for be in backends():
+            w = World()
+            parents = [w.block(64) for _ in range(3)]
+            children = [w.block(32) for _ in range(3)]
+            for p, c in zip(parents, children):
+                w.put(p, c)
+                w.root(p + 40)
+            held = w.block(64)
+            w.root(held)
+            upgraded = w.block(16)   # interior from the root, then a start pointer from held
+            w.root(upgraded + 8)
+            w.put(held + 8, upgraded)
+            lk = w.leaks(be)
+            self.assertEqual(counts(lk), (2, 6, 0, 0), be)
+            self.assertEqual(class_of(lk, upgraded), R_)
+            j = leak_json(lk)
+            self.assertEqual(j["possibly_lost"], {"blocks": 6, "bytes": 3 * 96})
+            self.assertEqual(j["total"]["blocks"], 6)
+            text = lk.why(children[1] + 4, opts())
+            self.assertIn("0x%x is possibly lost: only a chain through an interior pointer leads "
+                          "to it from a root, through 2 blocks:" % children[1], text)
+            self.assertIn(", in the writable data of prog, 40 bytes into the first block", text)
+            self.assertIn("  -> 0x%x (32 bytes, thread 100) at offset 0 of the block above"
+                          % children[1], text)
+            j = json.loads(lk.why(children[1], opts("--json")))
+            self.assertEqual(j["class"], "possibly_lost")
+            self.assertEqual((j["root"]["start_pointer"], j["root"]["into"]), (False, 40))
+            self.assertEqual([x["addr"] for x in j["chain"]],
+                             ["0x%x" % parents[1], "0x%x" % children[1]])
+            self.assertIn("is still reachable", lk.why(upgraded, opts()))
 
     def test_what_counts_as_a_pointer(self):
         for be in backends():
@@ -231,7 +336,9 @@ class ClassificationTests(unittest.TestCase):
             d = w.block(40)
             e = w.block(40)
             f = w.block(40)
-            w.root(a + 99)     # interior, last byte
+            g = w.block(40)
+            w.root(a)
+            w.root(g + 39)     # interior, last byte
             w.put(a, b)
             w.put(b + 8, d)    # past b's end: not scanned
             w.put(b, c)
@@ -241,10 +348,8 @@ class ClassificationTests(unittest.TestCase):
             w.fh.mem.put32(w.DATA + 0x100, d & 0xFFFFFFFF)
             w.put(w.DATA + 0x104 - 4, 0)
             lk = w.leaks(be)
-            st = {u: lk.reach().state[int(lk.rank[lk.heap.index().find(u)[0]])]
-                  for u in (a, b, c, d, e, f)}
-            self.assertEqual(st, {a: R.REACHED, b: R.REACHED, c: R.REACHED, d: R.DIRECT,
-                                  e: R.DIRECT, f: R.DIRECT}, be)
+            self.assertEqual({u: class_of(lk, u) for u in (a, b, c, d, e, f, g)},
+                             {a: R_, b: R_, c: R_, d: D_, e: D_, f: D_, g: P_}, be)
 
     def test_registers_stacks_and_tls(self):
         for be in backends():
@@ -253,30 +358,35 @@ class ClassificationTests(unittest.TestCase):
             w.fh.mem.map(stack, 0x2000)
             tls = 0x70000
             w.fh.mem.map(tls, 0x3000)
-            by_reg, below_sp, above_sp, in_tls, in_tcb, far = (w.block(16) for _ in range(6))
+            by_reg, in_red_zone, below, above_sp, in_tls, in_tcb, far, inside_reg = (
+                w.block(16) for _ in range(8))
             sp = stack + 0x1000
-            w.put(sp - 8, below_sp)
+            w.put(sp - 8, in_red_zone)
+            w.put(sp - 136, below)  # beyond the red zone: a dead frame
             w.put(sp + 0x800, above_sp)
             fs = tls + 0x2000
             w.put(fs - 0x100, in_tls)
             w.put(fs + 0x10, in_tcb)
             w.put(tls, far)  # far below the static TLS window
-            th = R.Thread(42, {"rsp": sp, "rbx": by_reg + 3, "fs_base": fs, "rip": 0x400000})
-            roots, skipped = R.gather_roots([], [th], w.space())
-            self.assertEqual(skipped, [])
-            kinds = {r.where for r in roots}
+            th = elf.Thread(42, {"rsp": sp, "rbx": by_reg, "r12": inside_reg + 3,
+                                 "fs_base": fs, "rip": 0x400000})
+            found = rootsmod.gather_roots([], [th], w.space())
+            self.assertEqual((found.excluded, found.notes), ([], []))
+            kinds = {r.where for r in found.roots}
             self.assertIn("stack of thread 42", kinds)
             self.assertIn("register rbx of thread 42", kinds)
             self.assertIn("TLS of thread 42", kinds)
-            stack_root = [r for r in roots if r.kind == "stack"][0]
-            self.assertEqual((stack_root.start, stack_root.end), (sp, stack + 0x2000))
-            lk = w.leaks(be, roots=roots)
-            st = [lk.reach().state[int(lk.rank[lk.heap.index().find(u)[0]])]
-                  for u in (by_reg, below_sp, above_sp, in_tls, in_tcb, far)]
-            self.assertEqual(st, [R.REACHED, R.DIRECT, R.REACHED, R.REACHED, R.REACHED,
-                                  R.DIRECT])
+            stack_root = [r for r in found.roots if r.kind == "stack"][0]
+            self.assertEqual((stack_root.start, stack_root.end), (sp - 128, stack + 0x2000))
+            lk = w.leaks(be, roots=found.roots)
+            self.assertEqual([class_of(lk, u) for u in (by_reg, in_red_zone, below, above_sp,
+                                                        in_tls, in_tcb, far, inside_reg)],
+                             [R_, R_, D_, R_, R_, R_, D_, P_])
             text = lk.why(by_reg, opts())
-            self.assertIn("root: register rbx of thread 42 = 0x%x" % (by_reg + 3), text)
+            self.assertIn("root: register rbx of thread 42 = 0x%x" % by_reg, text)
+            text = lk.why(inside_reg, opts())
+            self.assertIn("root: register r12 of thread 42 = 0x%x, 3 bytes into the first block"
+                          % (inside_reg + 3), text)
 
     def test_unreadable_roots_and_blocks(self):
         for be in backends():
@@ -286,13 +396,15 @@ class ClassificationTests(unittest.TestCase):
             # Mapped but not in memory (a core leaves out pages never written): no pointers,
             # no warning.  Not mapped at all: a warning.
             w.extra_mapped.append((0x90000, 0x91000))
-            roots = w.roots() + [R.Root("data", "writable data of libz", 0x90000, 0x91000, None)]
+            roots = w.roots() + [rootsmod.Root("data", "writable data of libz", 0x90000, 0x91000,
+                                               None)]
             lk = w.leaks(be, roots=roots)
-            self.assertEqual(lk.reach().counts(), (1, 0, 0))
+            self.assertEqual(counts(lk), (1, 0, 0, 0))
             self.assertNotIn("warning", lk.leaks(opts()))
-            roots.append(R.Root("data", "writable data of libgone", 0xA0000, 0xA1000, None))
+            roots.append(rootsmod.Root("data", "writable data of libgone", 0xA0000, 0xA1000,
+                                       None))
             lk = w.leaks(be, roots=roots)
-            self.assertEqual(lk.reach().counts(), (1, 0, 0))
+            self.assertEqual(counts(lk), (1, 0, 0, 0))
             self.assertIn("warning: 1 root range could not be read and was not scanned: "
                           "writable data of libgone", lk.leaks(opts()))
             self.assertEqual(leak_json(lk)["roots"]["unreadable"], ["writable data of libgone"])
@@ -306,12 +418,111 @@ class ClassificationTests(unittest.TestCase):
             kept = w.block(64, k=3, tid=7)
             w.root(kept)
             lk = w.leaks(be)
-            self.assertEqual(leak_json(lk, "--json --thread 7")["total"]["blocks"], 3)
+            j = leak_json(lk, "--json --thread 7")
+            self.assertEqual((j["total"]["blocks"], j["definitely_lost"]["blocks"],
+                              j["still_reachable"]["blocks"]), (3, 3, 1))
             self.assertEqual(leak_json(lk, "--json --min-size 1000")["total"]["bytes"], 5000)
             self.assertEqual(leak_json(lk, "--json --match f2")["total"]["blocks"], 1)
             text = lk.leaks(opts("--limit 1"))
-            self.assertIn("leak 1: 5000 bytes in 1 block (1 direct, 0 indirect)", text)
+            self.assertIn("stack 1: 5000 bytes in 1 block (1 definitely lost)", text)
             self.assertIn("... 1 more stack (300 bytes in 3 blocks) not shown", text)
+
+
+class AllocatorStateTests(unittest.TestCase):
+    """The allocator's own state is left out of the roots."""
+
+    LIBC = 0x80000
+
+    CHUNKS = 0x98000
+
+    def arena(self, w, empty_bins=127, top=0, linked=False):
+        """Writes a main_arena into libc's data: bins empty except the first few when
+        `empty_bins` < 127 (each then holding one free chunk when `linked`, else garbage), and
+        `top` pointing where the caller says."""
+        base = self.LIBC + 0x200
+        bins = base + 112
+        w.put(base + 96, top)
+        for i in range(127):
+            q = bins + 16 * i
+            if i >= 127 - empty_bins:
+                w.put(q, q - 16)
+                w.put(q + 8, q - 16)
+            elif linked:
+                chunk = self.CHUNKS + 64 * i
+                w.put(q, chunk)
+                w.put(q + 8, chunk)
+                w.put(chunk + 16, q - 16)
+                w.put(chunk + 24, q - 16)
+            else:
+                w.put(q, 0x1234560 + i)
+                w.put(q + 8, 0x1234560 + i)
+        return base
+
+    def objects(self, *names):
+        """Libraries with one writable page each: the last at LIBC, the others below it."""
+        out = []
+        for k, name in enumerate(names):
+            at = self.LIBC - 0x1000 * (len(names) - 1 - k)
+            ph = elf.Phdr(elf.PT_LOAD, elf.PF_R | elf.PF_W, 0, at, 0x1000, 0x1000)
+            out.append(rootsmod.LoadedObject("/lib/" + name, StubElf([], [ph]), 0, []))
+        return out
+
+    def test_main_arena_is_found_and_left_out(self):
+        for be in backends():
+            w = World()
+            w.fh.mem.map(self.LIBC, 0x1000)
+            last = w.block(24)
+            base = self.arena(w, top=last + 16)  # glibc's top, just past the last chunk
+            w.put(self.LIBC + 0x10, 0)
+            objs = self.objects("libc.so.6")
+            self.assertEqual(rootsmod.main_arena(w.space(), self.LIBC, self.LIBC + 0x1000),
+                             (base, base + 112 + 127 * 16 + 16 + 64))
+            found = rootsmod.gather_roots(objs, [], w.space())
+            self.assertEqual([x.what for x in found.excluded],
+                             ["main_arena of libc.so.6 (the allocator's own state)"])
+            self.assertEqual([(r.start, r.end) for r in found.roots],
+                             [(self.LIBC, base), (base + 112 + 127 * 16 + 80, self.LIBC + 0x1000)])
+            lk = w.leaks(be, roots=found.roots, excluded=found.excluded)
+            self.assertEqual(class_of(lk, last), D_)
+            # Scanned as a root, the same word would keep the block.
+            whole = [rootsmod.Root("data", "libc", self.LIBC, self.LIBC + 0x1000, None)]
+            self.assertEqual(class_of(w.leaks(be, roots=whole), last), P_)
+
+    def test_a_run_of_empty_bins_places_the_arena(self):
+        w = World()
+        w.fh.mem.map(self.LIBC, 0x1000)
+        w.fh.mem.map(self.CHUNKS, 0x4000)
+        end = self.LIBC + 0x200 + 112 + 127 * 16 + 80
+        # The first 27 bins hold chunks that link back to them: the whole array is found.
+        base = self.arena(w, empty_bins=100, linked=True)
+        self.assertEqual(rootsmod.main_arena(w.space(), self.LIBC, self.LIBC + 0x1000),
+                         (base, end))
+        # Bins that hold what does not look like chunks: the run of empty ones is all there is.
+        self.arena(w, empty_bins=100)
+        first = base + 112 + 27 * 16
+        self.assertEqual(rootsmod.main_arena(w.space(), self.LIBC, self.LIBC + 0x1000),
+                         (first - 112, end))
+        w.fh.mem.unmap(self.LIBC)
+        w.fh.mem.map(self.LIBC, 0x1000)
+        self.arena(w, empty_bins=31)
+        self.assertIsNone(rootsmod.main_arena(w.space(), self.LIBC, self.LIBC + 0x1000))
+        found = rootsmod.gather_roots(self.objects("libc.so.6"), [], w.space())
+        self.assertEqual(found.excluded, [])
+        self.assertEqual(len(found.notes), 1)
+        self.assertIn("main_arena was not found in the data of libc.so.6", found.notes[0])
+        lk = w.leaks(backend.PURE, roots=found.roots, notes=found.notes)
+        self.assertIn("\nnote: glibc's main_arena was not found", "\n" + lk.leaks(opts()))
+
+    def test_other_backends_leave_out_their_whole_data(self):
+        w = World()
+        w.fh.mem.map(self.LIBC - 0x1000, 0x2000)
+        for name in ("libjemalloc.so.2", "libtcmalloc.so.4", "libmimalloc.so.2"):
+            found = rootsmod.gather_roots(self.objects(name, "libc.so.6"), [], w.space())
+            self.assertEqual([x.what for x in found.excluded],
+                             ["writable data of %s (the allocator's own state)" % name])
+            # glibc is not the backend, so its arena not being there is no news.
+            self.assertEqual(found.notes, [])
+            self.assertEqual([r.where for r in found.roots], ["writable data of libc.so.6"])
 
 
 class WhyTests(unittest.TestCase):
@@ -320,7 +531,7 @@ class WhyTests(unittest.TestCase):
             w = World()
             a, b, c = (w.block(32, k=i) for i in (1, 2, 3))
             word = w.root(a)
-            w.put(a + 16, b + 4)
+            w.put(a + 16, b)
             w.put(b + 24, c)
             lost = [w.block(16, k=4) for _ in range(3)]
             w.put(lost[0], lost[1])
@@ -328,8 +539,8 @@ class WhyTests(unittest.TestCase):
             lk = w.leaks(be, symbol_at=lambda addr: "table" if addr == word else None)
             text = lk.why(c + 5, opts())
             lines = text.splitlines()
-            self.assertEqual(lines[0], "0x%x is in use: reachable from a root through 3 blocks:"
-                             % c)
+            self.assertEqual(lines[0], "0x%x is still reachable: start pointers lead to it from "
+                             "a root through 3 blocks:" % c)
             self.assertEqual(lines[1], "  root: the word at 0x%x (table), in the writable data "
                              "of prog" % word)
             self.assertIn("  -> 0x%x (32 bytes, thread 100), allocated at:" % a, text)
@@ -339,17 +550,20 @@ class WhyTests(unittest.TestCase):
                           text)
             self.assertIn("       f3+0x10 (prog.c:4) in prog", text)
             j = json.loads(lk.why(c, opts("--json")))
-            self.assertEqual(j["class"], "reachable")
+            self.assertEqual(j["class"], "still_reachable")
             self.assertEqual(j["root"]["addr"], "0x%x" % word)
             self.assertEqual([x["addr"] for x in j["chain"]], ["0x%x" % u for u in (a, b, c)])
             self.assertEqual([x["via_offset"] for x in j["chain"]], [None, 16, 24])
 
-            self.assertIn("is unreachable: a direct leak", lk.why(lost[0], opts()))
+            text = lk.why(lost[0], opts())
+            self.assertIn("0x%x is definitely lost: no pointer from a root or from a block in use "
+                          "leads to it" % lost[0], text)
             text = lk.why(lost[2], opts())
-            self.assertIn("an indirect leak, held only by leaked blocks; a chain from the "
-                          "direct leak 0x%x:" % lost[0], text)
-            self.assertEqual(json.loads(lk.why(lost[2], opts("--json")))["chain"][0]["addr"],
-                             "0x%x" % lost[0])
+            self.assertIn("is indirectly lost: only lost blocks point to it; a chain from the "
+                          "definitely lost block 0x%x:" % lost[0], text)
+            j = json.loads(lk.why(lost[2], opts("--json")))
+            self.assertEqual((j["class"], j["chain"][0]["addr"]),
+                             ("indirectly_lost", "0x%x" % lost[0]))
             self.assertEqual(lk.why(0x1234, opts()), "0x1234: not inside any live block\n")
 
     def test_long_chain_shows_its_ends(self):
@@ -370,8 +584,9 @@ class WhyTests(unittest.TestCase):
 
 
 class StubElf:
-    def __init__(self, syms):
+    def __init__(self, syms, phdrs=()):
         self.syms = syms
+        self.phdrs = list(phdrs)
 
     def symbols(self, prefix):
         return [s for s in self.syms if s[0].startswith(prefix.decode())]
@@ -394,7 +609,7 @@ class TypesAndWordsTests(unittest.TestCase):
         w.root(b)
         small = w.block(4, k=3)  # too small for a vtable pointer
         w.fh.mem.put32(small, 0x80)
-        prog = R.LoadedObject("/bin/prog", StubElf([("_ZTV1A", self.VT_A, 40),
+        prog = rootsmod.LoadedObject("/bin/prog", StubElf([("_ZTV1A", self.VT_A, 40),
                                                     ("_ZTVN4shop6BasketE", self.VT_B, 32)]),
                               0, [])
         names = {"_ZTV1A": "vtable for A", "_ZTVN4shop6BasketE": "vtable for shop::Basket"}
@@ -416,7 +631,7 @@ class TypesAndWordsTests(unittest.TestCase):
             self.assertIn("          30            720  A", text)
             self.assertIn("A: 30 blocks, most from (30 blocks, 720 bytes, e.g. 0x%x):" % objs[0],
                           text)
-            self.assertIn("total: 30 of 31 leaked blocks (720 bytes) are of 1 C++ type", text)
+            self.assertIn("total: 30 of 31 lost blocks (720 bytes) are of 1 C++ type", text)
 
     def test_member_histograms(self):
         for be in backends():
@@ -440,9 +655,9 @@ class TypesAndWordsTests(unittest.TestCase):
             self.assertIn("histogram of the u32 at offset 8 of live blocks of type A (30 of 30 "
                           "big enough): 30 values, 2 distinct", text)
             self.assertIn("          20  0x00000001  (1)", text)
-            with self.assertRaisesRegex(core.UsageError, "no live block has the vtable of 'Z'"):
+            with self.assertRaisesRegex(errors.UsageError, "no live block has the vtable of 'Z'"):
                 lk.words(opts("--vtable Z --offset 0"))
-            with self.assertRaisesRegex(core.UsageError, "--type goes with --offset"):
+            with self.assertRaisesRegex(errors.UsageError, "--type goes with --offset"):
                 lk.words(opts("--type u8"))
 
     def test_word_histogram(self):
@@ -458,7 +673,7 @@ class TypesAndWordsTests(unittest.TestCase):
             self.assertEqual(j["distinct"], 4)  # the vtable, two states, and zero
             text = lk.words(opts("--leaks --limit 2"))
             lines = text.splitlines()
-            self.assertEqual(lines[0], "histogram of the 8-byte words of leaked blocks "
+            self.assertEqual(lines[0], "histogram of the 8-byte words of lost blocks "
                              "(31 blocks): 90 values, 4 distinct")
             # Ties go by value: the zero words first.
             self.assertEqual(lines[2:4], ["          30  0x0000000000000000  (0)",
@@ -474,17 +689,19 @@ class HistogramTests(unittest.TestCase):
         rnd = random.Random(3)
         values = [rnd.choice([5, 7, 9, 11, 13, 1 << 63]) for _ in range(200)] + [2, 2, 3]
         want = sorted(((values.count(v), v) for v in set(values)), key=lambda t: (-t[0], t[1]))
-        impls = [list] + ([lambda v: R.np.array(v, dtype=R.np.uint64)] if R.HAVE_NUMPY else [])
+        impls = [list]
+        if backend.HAVE_NUMPY:
+            impls.append(lambda v: backend.np.array(v, dtype=backend.np.uint64))
         for make in impls:
             for limit in (0, 1, 3, 6, 7, 50):
-                vals, counts, n, distinct = R.histogram(make(values), limit)
+                vals, counts, n, distinct = cxxtypes.histogram(make(values), limit)
                 top = want if limit == 0 else want[:limit]
                 self.assertEqual(list(zip(counts, vals)), top, (make, limit))
                 self.assertEqual((n, distinct), (203, len(want)))
             # Equal counts: the lower values are kept.
-            vals, counts, _, _ = R.histogram(make([4, 3, 2, 1, 1, 2, 3, 4]), 2)
+            vals, counts, _, _ = cxxtypes.histogram(make([4, 3, 2, 1, 1, 2, 3, 4]), 2)
             self.assertEqual((vals, counts), ([1, 2], [2, 2]))
-            self.assertEqual(R.histogram(make([]), 5), ([], [], 0, 0))
+            self.assertEqual(cxxtypes.histogram(make([]), 5), ([], [], 0, 0))
 
 
 class ArgumentTests(unittest.TestCase):
@@ -495,10 +712,10 @@ class ArgumentTests(unittest.TestCase):
         for bad, why in (("--type u128 --offset 0", "--type is one of"),
                          ("--offset", "needs a value"), ("--offset -1", ">= 0"),
                          ("--leaks=1", "takes no value"), ("--bogus", "unknown option")):
-            with self.assertRaisesRegex(core.UsageError, why, msg=bad):
+            with self.assertRaisesRegex(errors.UsageError, why, msg=bad):
                 opts(bad)
-        with self.assertRaisesRegex(core.UsageError, "unknown option --vtable"):
-            R.parse_leak_args("--vtable A", ("--json", "--leaks"), 0, "x")
+        with self.assertRaisesRegex(errors.UsageError, "unknown option --vtable"):
+            output.parse_args(["--vtable", "A"], ("--json", "--leaks"), 0, "x")
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,11 +797,11 @@ class ElfTests(unittest.TestCase):
         lib = self.library("libx.so")
         base = 0x7F0000000000
         prstatus = bytearray(336)
-        struct.pack_into("<I", prstatus, R.PRSTATUS_PID, 4242)
-        regs = dict.fromkeys(R.PRSTATUS_REGS, 0)
+        struct.pack_into("<I", prstatus, elf.PRSTATUS_PID, 4242)
+        regs = dict.fromkeys(elf.PRSTATUS_REGS, 0)
         regs.update(rsp=0x7FFF0100, fs_base=0x7FFF8000, rbx=0x1234)
-        struct.pack_into("<27Q", prstatus, R.PRSTATUS_REG_OFF,
-                         *[regs[r] for r in R.PRSTATUS_REGS])
+        struct.pack_into("<27Q", prstatus, elf.PRSTATUS_REG_OFF,
+                         *[regs[r] for r in elf.PRSTATUS_REGS])
         names = [lib, lib, lib, lib]
         # A symbolizer's read-only mapping of the whole library, then the library as loaded.
         files = [(0x6F0000000000, 0x6F0000003000, 0), (base, base + 0x1000, 0),
@@ -600,58 +817,61 @@ class ElfTests(unittest.TestCase):
             (1, 6, base + 0x2000, 0x1000, bytes(data)),   # .data
             (1, 6, base + 0x3000, 0x2000, 0),             # .bss never written: not dumped
             (1, 4, 0x6F0000000000, 0x3000, 0),
-        ], notes=[("CORE", R.NT_PRSTATUS, bytes(prstatus)), ("CORE", R.NT_FILE, nt_file)]))
-        cf = R.CoreFile(path)
+        ], notes=[("CORE", elf.NT_PRSTATUS, bytes(prstatus)), ("CORE", elf.NT_FILE, nt_file)]))
+        cf = elf.CoreFile.open(path)
         self.assertEqual(cf.threads[0].tid, 4242)
         self.assertEqual(cf.threads[0].regs["rsp"], 0x7FFF0100)
         self.assertEqual(cf.threads[0].regs["rbx"], 0x1234)
         self.assertEqual(len(cf.mappings), 4)
-        space = R.CoreSpace(cf)
+        space = memory.CoreSpace(cf)
         self.assertEqual(bytes(space.buffer(base + 0x2010, base + 0x2018)),
                          struct.pack("<Q", 0xDEADBEEF))
-        with self.assertRaises(core.ReadError):
+        with self.assertRaises(errors.ReadError):
             space.buffer(base + 0x2ff8, base + 0x3008)
         self.assertEqual(space.parts(base + 0x2800, base + 0x4000),
                          ([(base + 0x2800, base + 0x3000)], 0))
         self.assertEqual(space.parts(base + 0x4800, base + 0x5800)[1], 0x800)
-        self.assertEqual(space.prot(base + 0x1800), R.PF_R | R.PF_X)
+        self.assertEqual(space.prot(base + 0x1800), elf.PF_R | elf.PF_X)
 
-        objs = R.loaded_objects(cf.mappings, space=space)
+        objs = rootsmod.loaded_objects(cf.mappings, space=space)
         self.assertEqual([(o.name, o.bias) for o in objs], [("libx.so", base)])
         self.assertEqual(objs[0].writable(), [(base + 0x2000, base + 0x5000)])
         # Only permissions tell the whole-file mapping from the loaded library.
         whole = [(0x6F0000000000, 0x6F0000003000, 0)]
         self.assertEqual(objs[0].elf.bias(whole), 0x6F0000000000)
         self.assertIsNone(objs[0].elf.bias(whole, space.prot))
-        roots, skipped = R.gather_roots(objs, cf.threads, space, exclude=base + 0x1500)
-        self.assertEqual([o.name for o in skipped], ["libx.so"])
-        self.assertFalse([r for r in roots if r.kind == "data"])
-        roots, skipped = R.gather_roots(objs, cf.threads, space)
-        self.assertEqual([(r.start, r.end) for r in roots if r.kind == "data"],
+        found = rootsmod.gather_roots(objs, cf.threads, space, exclude=base + 0x1500)
+        self.assertEqual([x.what for x in found.excluded],
+                         ["writable data of libx.so (its own lists)"])
+        self.assertFalse([r for r in found.roots if r.kind == "data"])
+        found = rootsmod.gather_roots(objs, cf.threads, space)
+        self.assertEqual([(r.start, r.end) for r in found.roots if r.kind == "data"],
                          [(base + 0x2000, base + 0x5000)])
+        self.assertEqual([(r.start, r.end) for r in found.roots if r.kind == "stack"], [])
 
-        self.assertEqual(R.unmatched_objects(cf.mappings, objs, space), [])
-        self.assertEqual(R.unmatched_objects(cf.mappings, [], space), [lib])
-        self.assertEqual(R.unmatched_objects(cf.mappings, [], space, exclude=base + 0x10), [])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, objs, space), [])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, [], space), [lib])
+        self.assertEqual(rootsmod.unmatched_objects(cf.mappings, [], space, exclude=base + 0x10),
+                         [])
 
-        vt = R.Vtables(objs, demangle=lambda ms: {m: "vtable for A" for m in ms})
+        vt = cxxtypes.Vtables(objs, demangle=lambda ms: {m: "vtable for A" for m in ms})
         self.assertEqual(vt.lookup([base + 0x2110, base + 0x2128, base + 0x2090], False),
                          [0, -1, -1])
         self.assertEqual(vt.names([0]), {0: "A"})
 
     def test_not_elf_and_debug_files(self):
-        with self.assertRaises(R.ElfError):
-            R.Elf(self.write("text", b"hello" * 100))
+        with self.assertRaises(errors.ElfError):
+            elf.Elf.open(self.write("text", b"hello" * 100))
         # A separate debug file: segments without contents.
         dbg = self.write("x.debug", elf_file(3, [(1, 4, 0, 0x1000, 0x200), (1, 5, 0x1000, 0x1000,
                                                                              0)]))
-        self.assertIsNone(R.Elf(dbg).bias([(0x10000, 0x12000, 0)]))
-        self.assertEqual(R.loaded_objects([R.Mapping(0x10000, 0x12000, 0, dbg),
-                                           R.Mapping(0x20000, 0x21000, 0, "/nonexistent/x")]),
+        self.assertIsNone(elf.Elf.open(dbg).bias([(0x10000, 0x12000, 0)]))
+        self.assertEqual(rootsmod.loaded_objects([elf.Mapping(0x10000, 0x12000, 0, dbg),
+                                           elf.Mapping(0x20000, 0x21000, 0, "/nonexistent/x")]),
                          [])
 
     def test_maps(self):
-        maps, pieces, mapped = R.parse_maps(
+        maps, pieces, mapped = memory.parse_maps(
             "55d0-55d1 r--p 00000000 08:01 12 /bin/prog\n"
             "55d1-55d2 r-xp 00001000 08:01 12 /bin/prog\n"
             "7ff0-7ff1 ---p 00000000 00:00 0\n"

@@ -1,0 +1,57 @@
+//! valgrind as the oracle of the leak-class tests: the LEAK SUMMARY of a bare run of a fixture.
+//! A test including this also includes `common/run.rs` as `run`, whose time limit it uses.
+#![allow(dead_code)]
+
+use crate::run::{run_limited, LIMIT};
+use std::path::Path;
+use std::process::Command;
+
+/// The classes as valgrind's LEAK SUMMARY names them, in its order.
+pub const CLASSES: [&str; 4] = [
+    "definitely lost",
+    "indirectly lost",
+    "possibly lost",
+    "still reachable",
+];
+
+/// (blocks, bytes) per class, in `CLASSES` order.
+pub type Summary = [(u64, u64); 4];
+
+/// Runs `valgrind --leak-check=full --show-leak-kinds=all prog args` without libdmem, within
+/// the tests' time limit, and reads its LEAK SUMMARY.
+pub fn summary(prog: &Path, args: &[&str]) -> Summary {
+    let mut cmd = Command::new("valgrind");
+    cmd.args(["--leak-check=full", "--show-leak-kinds=all"])
+        .arg(prog)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .env_remove("DMEM_OPTS");
+    let out = run_limited(&mut cmd, LIMIT);
+    let report = String::from_utf8_lossy(&out.stderr).into_owned();
+    parse_summary(&report)
+        .unwrap_or_else(|| panic!("valgrind on {}: no leak summary:\n{report}", prog.display()))
+}
+
+/// `definitely lost: 12,016 bytes in 501 blocks` and the like, for every class; all zero when
+/// valgrind says no leaks are possible (every block was freed).
+pub fn parse_summary(report: &str) -> Option<Summary> {
+    let mut sum = [(0, 0); 4];
+    if report.contains("no leaks are possible") {
+        return Some(sum);
+    }
+    for (slot, class) in sum.iter_mut().zip(CLASSES) {
+        let rest = report
+            .lines()
+            .find_map(|l| l.split_once(&format!("{class}: ")).map(|(_, r)| r))?;
+        let n: Vec<u64> = rest
+            .replace(',', "")
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [bytes, blocks, ..] = n[..] else {
+            return None;
+        };
+        *slot = (blocks, bytes);
+    }
+    Some(sum)
+}
