@@ -171,6 +171,11 @@ impl World {
             let _ = slot
                 .state
                 .compare_exchange(SENT, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
+            // A handler caught half-way through saving finishes in a few stores.
+            while slot.state.load(Ordering::SeqCst) == SAVING {
+                // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+                unsafe { libc::sched_yield() };
+            }
         }
     }
 
