@@ -10,22 +10,13 @@
 
 #define NBLOCKS 300
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int ready, never;
-
 static void *worker(void *arg)
 {
     void *volatile keep[NBLOCKS];
     (void)arg;
     for (int i = 0; i < NBLOCKS; i++)
         keep[i] = must_malloc(64);
-    pthread_mutex_lock(&lock);
-    ready = 1;
-    pthread_cond_broadcast(&cond);
-    while (!never)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
+    announce_and_wait_forever();
     return (void *)keep[0];
 }
 
@@ -34,9 +25,6 @@ int main(void)
     pthread_t t;
     if (pthread_create(&t, NULL, worker, NULL))
         return 1;
-    pthread_mutex_lock(&lock);
-    while (!ready)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
+    wait_for_worker();
     return 0;
 }

@@ -21,22 +21,13 @@ struct node {
 __thread struct node *mine;
 __thread void *worker_a, *worker_b;
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int ready, never;
-
 static void *worker(void *arg)
 {
     worker_a = must_malloc(72);
     worker_b = must_malloc(72);
     if (arg)
         exit(0);
-    pthread_mutex_lock(&lock);
-    ready = 1;
-    pthread_cond_broadcast(&cond);
-    while (!never)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
+    announce_and_wait_forever();
     return NULL;
 }
 
@@ -69,10 +60,7 @@ int main(int argc, char **argv)
         pthread_join(t, NULL);
         return 1;
     }
-    pthread_mutex_lock(&lock);
-    while (!ready)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
+    wait_for_worker();
     scrub_stack();
     return 0;
 }

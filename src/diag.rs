@@ -47,18 +47,8 @@ impl Out {
         self.bytes(s.as_bytes())
     }
 
-    pub fn dec(&mut self, mut v: u64) -> &mut Out {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.bytes(&digits[i..])
+    pub fn dec(&mut self, v: u64) -> &mut Out {
+        self.bytes(decimal(v, &mut [0; 20]))
     }
 
     pub fn hex(&mut self, v: usize) -> &mut Out {
@@ -109,6 +99,20 @@ impl Out {
         }
         self.len = 0;
     }
+}
+
+/// `v` in decimal, written into the end of `buf`, without allocating.
+pub fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &buf[i..]
 }
 
 impl Drop for Out {

@@ -265,9 +265,11 @@ fn thread_roots(
                 // main thread's block is elsewhere (the loader allocated it at start-up): it is
                 // added from its thread pointer.
                 for (off, size) in static_tls() {
-                    let block = (tp - off, tp - off + size);
-                    if block.0 < stack.0 || block.1 > stack.1 {
-                        roots.push(block);
+                    let Some(start) = tp.checked_sub(off) else {
+                        continue;
+                    };
+                    if start < stack.0 || start + size > stack.1 {
+                        roots.push((start, start + size));
                     }
                 }
             }

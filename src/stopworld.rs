@@ -171,6 +171,11 @@ impl World {
             let _ = slot
                 .state
                 .compare_exchange(SENT, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
+            // A handler caught half-way through saving finishes in a few stores.
+            while slot.state.load(Ordering::SeqCst) == SAVING {
+                // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+                unsafe { libc::sched_yield() };
+            }
         }
     }
 
@@ -426,7 +431,11 @@ fn read_small(path: &[u8], buf: &mut [u8]) -> Result<usize, ()> {
 fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
     let mut path = [0u8; 64];
     let mut len = 0;
-    for part in [&b"/proc/self/task/"[..], dec(tid, &mut [0; 10]), &b"/syscall"[..]] {
+    for part in [
+        &b"/proc/self/task/"[..],
+        crate::diag::decimal(tid.into(), &mut [0; 20]),
+        &b"/syscall"[..],
+    ] {
         path[len..len + part.len()].copy_from_slice(part);
         len += part.len();
     }
@@ -438,20 +447,6 @@ fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
         .rev();
     let _pc = fields.next();
     Ok(fields.next().and_then(parse_hex).filter(|&sp| sp != 0))
-}
-
-fn dec(v: u32, buf: &mut [u8; 10]) -> &[u8] {
-    let mut i = buf.len();
-    let mut v = v;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    &buf[i..]
 }
 
 /// Calls `emit` with each aligned word of `[start, end)` in this process, read with
