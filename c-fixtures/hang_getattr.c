@@ -1,0 +1,153 @@
+/* pthread_getattr_np as a thread's first act. glibc holds the target thread's lock while it
+ * reallocs (the affinity mask, and for the main thread the lines of /proc/self/maps), so an
+ * interposed realloc that itself asks for the calling thread's stack bounds the same way waits
+ * for a lock its own thread holds. The JVM and LLVM do exactly this on every thread they start.
+ *
+ *   hang_getattr main     the main thread, first in an early constructor and again in main
+ *   hang_getattr threads  threads whose first act is pthread_getattr_np on themselves
+ *   hang_getattr cross    two threads asking for each other's attributes in a loop
+ *
+ * Each mode prints what it checked; the output is the same on every run. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { THREADS = 4, THREAD_STACK = 256 * 1024, CROSS_ROUNDS = 2000 };
+
+/* Whether the attributes of the calling thread describe a stack holding `probe`, and its size. */
+static int own_stack_holds(const void *probe, size_t *size)
+{
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0)
+        return 0;
+    void *addr = NULL;
+    *size = 0;
+    int ok = pthread_attr_getstack(&attr, &addr, size) == 0 && (uintptr_t)probe >= (uintptr_t)addr &&
+             (uintptr_t)probe < (uintptr_t)addr + *size;
+    pthread_attr_destroy(&attr);
+    return ok;
+}
+
+static int early_ok = -1;
+
+/* Runs before the program's other constructors, with the arguments main will get. */
+__attribute__((constructor(101))) static void early(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    if (argc > 1 && strcmp(argv[1], "main") == 0) {
+        size_t size;
+        int probe;
+        early_ok = own_stack_holds(&probe, &size);
+    }
+}
+
+static int main_mode(void)
+{
+    size_t size;
+    int probe;
+    int ok = own_stack_holds(&probe, &size);
+    char *s = malloc(64);
+    snprintf(s, 64, "main thread: constructor %s, main %s", early_ok == 1 ? "yes" : "no", ok ? "yes" : "no");
+    puts(s);
+    free(s);
+    return early_ok == 1 && ok ? 0 : 1;
+}
+
+static void *self_first(void *arg)
+{
+    size_t size = 0;
+    int probe;
+    int ok = own_stack_holds(&probe, &size);
+    /* Then the thread goes on as a runtime would: allocate, grow, free. */
+    char *buf = NULL;
+    for (int i = 1; i <= 32; i++) {
+        buf = realloc(buf, (size_t)i * 48);
+        memset(buf, 'a' + i % 26, (size_t)i * 48);
+    }
+    long id = (long)(intptr_t)arg;
+    char *line = malloc(128);
+    snprintf(line, 128, "thread %ld: own stack %s, %zu bytes, last byte %c", id, ok ? "yes" : "no", size,
+             buf[32 * 48 - 1]);
+    free(buf);
+    return line;
+}
+
+static int threads_mode(void)
+{
+    pthread_t t[THREADS];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, THREAD_STACK);
+    for (long i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], &attr, self_first, (void *)(intptr_t)i) != 0)
+            return 1;
+    pthread_attr_destroy(&attr);
+    int bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        char *line;
+        pthread_join(t[i], (void **)&line);
+        puts(line);
+        bad += strstr(line, "own stack yes") == NULL;
+        free(line);
+    }
+    return bad != 0;
+}
+
+/* Each thread of the pair asks for the other's attributes, holding the other's lock while glibc
+ * allocates: two threads that each wait on their own lock in the allocator would wait forever. */
+static pthread_t pair[2];
+static pthread_barrier_t start;
+
+static void *cross(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    pthread_barrier_wait(&start);
+    long sizes = 0;
+    for (int i = 0; i < CROSS_ROUNDS; i++) {
+        pthread_attr_t attr;
+        size_t size = 0;
+        if (pthread_getattr_np(pair[1 - me], &attr) != 0)
+            return (void *)1;
+        pthread_attr_getstacksize(&attr, &size);
+        pthread_attr_destroy(&attr);
+        sizes += size == THREAD_STACK;
+    }
+    return (void *)(intptr_t)(sizes != CROSS_ROUNDS);
+}
+
+static int cross_mode(void)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, THREAD_STACK);
+    pthread_barrier_init(&start, NULL, 3);
+    for (long i = 0; i < 2; i++)
+        if (pthread_create(&pair[i], &attr, cross, (void *)(intptr_t)i) != 0)
+            return 1;
+    pthread_attr_destroy(&attr);
+    pthread_barrier_wait(&start);
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        void *r;
+        pthread_join(pair[i], &r);
+        bad += r != NULL;
+    }
+    printf("cross: %d rounds each, %d thread(s) saw a wrong stack size\n", CROSS_ROUNDS, bad);
+    return bad != 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "main") == 0)
+        return main_mode();
+    if (strcmp(mode, "threads") == 0)
+        return threads_mode();
+    if (strcmp(mode, "cross") == 0)
+        return cross_mode();
+    fprintf(stderr, "usage: hang_getattr main|threads|cross\n");
+    return 2;
+}
