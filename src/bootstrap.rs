@@ -8,7 +8,7 @@
 
 use crate::{diag, layout, options, unwind};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use libc::{c_int, c_void, size_t};
 
 type MallocFn = unsafe extern "C" fn(size_t) -> *mut c_void;
@@ -42,9 +42,6 @@ struct RealCell(UnsafeCell<Option<Real>>);
 unsafe impl Sync for RealCell {}
 static REAL: RealCell = RealCell(UnsafeCell::new(None));
 
-/// Bits for the descriptor's flags word.
-pub static FLAGS: AtomicU64 = AtomicU64::new(0);
-
 /// The real allocator, resolving it on first use. None while resolution is under way (on this
 /// or another thread): the caller must then use the arena.
 #[inline]
@@ -70,15 +67,20 @@ fn init_slow() -> Option<&'static Real> {
     unsafe { *REAL.0.get() = Some(resolved) };
     options::parse();
     diag::init_trace();
-    unwind::init_own_range();
+    unwind::init();
     if options::get().record {
-        FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
+        layout::FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
     }
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.
     unsafe { (*REAL.0.get()).as_ref() }
 }
 
+/// dlsym takes the loader's lock. It runs once, on the first allocation, which the library's
+/// constructor forces before `main` if nothing came earlier; the lock is recursive, so a first
+/// allocation made by the loader itself (or inside a `dl_iterate_phdr` callback) takes it again
+/// on the same thread, and a thread that allocates while another resolves is served from the
+/// arena instead of waiting (see `real`).
 fn lookup(name: &core::ffi::CStr) -> *mut c_void {
     // SAFETY: RTLD_NEXT with a NUL-terminated name is dlsym's documented use; it may call our
     // calloc, which the arena serves while STATE is RESOLVING.

@@ -17,6 +17,10 @@ use libc::c_void;
 
 type Handler = unsafe extern "C-unwind" fn();
 
+/// Looked up only when an allocation has failed. dlsym takes the loader's lock, which is
+/// recursive (a failing `new` inside a constructor that `dlopen` runs takes it again on the same
+/// thread); that another thread holds it while it waits for this one is a deadlock the program
+/// would meet in glibc's own out-of-memory path too, which also calls into the loader.
 fn cxx_symbol(name: &core::ffi::CStr) -> *mut c_void {
     // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name; a program that calls operator new
     // has libstdc++ (or another C++ runtime) loaded.

@@ -90,8 +90,17 @@ impl Out {
     pub fn flush(&mut self) {
         let mut done = 0;
         while done < self.len {
+            // The raw system call, not libc's `write`: that is a cancellation point, and malloc
+            // (which traces through here) must not be one.
             // SAFETY: the slice buf[done..len] is initialised memory we own; write only reads it.
-            let n = unsafe { libc::write(self.fd, self.buf[done..].as_ptr().cast(), self.len - done) };
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_write,
+                    self.fd,
+                    self.buf[done..].as_ptr(),
+                    self.len - done,
+                )
+            };
             if n <= 0 {
                 break;
             }

@@ -202,8 +202,8 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
         }
     };
     if diag::tracing() {
-        // SAFETY: read back only on success, when we wrote it.
         let p = if ret == 0 {
+            // SAFETY: read back only on success, when we wrote it.
             unsafe { *memptr }
         } else {
             core::ptr::null_mut()

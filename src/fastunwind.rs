@@ -23,7 +23,8 @@
 //!   warm-up every thread only reads them and the cache lines stay shared.
 //! - No allocation and no syscall per call. A miss finds the object that holds the address with
 //!   glibc's lock-free `_dl_find_object` and parses its tables in place with gimli, using storage
-//!   on the stack. The first walk on a thread asks for the thread's stack bounds once.
+//!   on the stack. The first walk on a stack finds the stack's bounds once, from the kernel's list
+//!   of mappings (see `stack_top_slow`).
 //! - Never a crash on a bad rule. Every stack read is bounded to the current thread's stack above
 //!   the point where the walk started, and each frame's CFA must lie above the previous one, so
 //!   a wrong rule ends the stack early at worst. A frame the rules cannot express (a signal
@@ -34,9 +35,10 @@
 //!   after every dlclose) bumps a generation that is part of every key.
 
 use crate::header::NFRAMES;
+use crate::procmaps;
 use core::arch::asm;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Pointer, ReaderOffset, Register, RegisterRule,
     UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
@@ -175,10 +177,8 @@ const MEMO_SLOTS: usize = 1 << MEMO_BITS;
 /// What a thread keeps for its walks, in one thread-local so a walk pays for one thread-local
 /// access (a call to `__tls_get_addr` in a shared library).
 struct Local {
-    /// The thread's stack, [lo, hi); hi is 0 until asked, and lo == hi == 1 when the bounds
-    /// cannot be had.
-    lo: usize,
-    hi: usize,
+    /// Stacks this thread walked on lately, [lo, hi), most recent first; see `stack_top_slow`.
+    stacks: [(usize, usize); STACKS],
     /// The generation the memo, `prev` and the shapes were filled in.
     generation: u64,
     /// (address, rule) pairs this thread used lately, in a table small enough to stay in the
@@ -194,6 +194,9 @@ struct Local {
     /// Per pair of shapes, which of the two answered or was filled last.
     recent: [u8; SHAPES / 2],
 }
+
+/// Stacks a thread remembers: its own, and a few alternate ones (see `stack_top_slow`).
+const STACKS: usize = 4;
 
 /// log2 of the shapes a thread keeps. They are used in pairs: a walk may be answered by either
 /// shape of its pair, and replaces the one that did not answer last.
@@ -291,8 +294,7 @@ const _: () = assert!(core::mem::size_of::<Local>() <= 6 * 1024);
 thread_local! {
     static LOCAL: core::cell::UnsafeCell<Local> = const {
         core::cell::UnsafeCell::new(Local {
-            lo: 0,
-            hi: 0,
+            stacks: [(0, 0); STACKS],
             generation: 0,
             memo: [(0, 0); MEMO_SLOTS],
             prev: [(0, 0); MAX_STEPS],
@@ -302,45 +304,51 @@ thread_local! {
     };
 }
 
-/// The top of the calling thread's stack if `sp` lies on it. None when the walk starts elsewhere
-/// (a signal handler on an alternate stack, a coroutine's own stack): the walk cannot be bounded
-/// and the caller falls back to the platform unwinder.
+/// The top of the stack that `sp` lies on, from the thread's small cache of stacks it has walked
+/// on, or else from the process's mappings. None when the mappings cannot be read; the caller
+/// then falls back to the platform unwinder.
 #[inline(always)]
 fn stack_top(local: &mut Local, sp: usize) -> Option<usize> {
-    if sp >= local.lo && sp < local.hi {
-        return Some(local.hi);
+    let (lo, hi) = local.stacks[0];
+    if sp >= lo && sp < hi {
+        return Some(hi);
     }
-    if local.hi != 0 {
-        return None;
-    }
-    (local.lo, local.hi) = query_stack();
-    (sp >= local.lo && sp < local.hi).then_some(local.hi)
+    stack_top_slow(local, sp)
 }
 
-/// Asks glibc for the calling thread's stack, once per thread. This may allocate (and, for the
-/// main thread, read /proc/self/maps); the caller holds the reentrancy guard, so those calls take
-/// the untracked path. errno is left as it was.
+/// Set once `/proc/self/maps` could not be opened, so a process without it does not pay a
+/// failing system call per walk.
+static NO_MAPS: AtomicBool = AtomicBool::new(false);
+
+/// The thread's own stack found on its first walk, and the other stacks a thread may allocate
+/// on: a signal handler's alternate stack, a coroutine's stack (`makecontext`, green threads), a
+/// main-thread stack that has grown below where it was first seen. Each is the mapping that held
+/// the stack pointer when it was first seen; the most recently used comes first.
+///
+/// The bounds come from `/proc/self/maps`, never from `pthread_getattr_np`: that holds the
+/// thread's lock while it calls realloc, so asking it from inside realloc deadlocks any thread
+/// that allocates from within it (the JVM and lld do, at thread start). A mapping may extend
+/// above the stack's real top where the kernel merged it with a neighbour; the walk still reads
+/// only mapped memory, and the outermost frame's unwind rule (clone's, `__start_context`'s) ends
+/// the walk before it gets there.
 #[cold]
 #[inline(never)]
-fn query_stack() -> (usize, usize) {
-    // SAFETY: __errno_location returns the calling thread's errno slot.
-    let saved = unsafe { *libc::__errno_location() };
-    let mut attr = core::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
-    let mut bounds = (1, 1);
-    // SAFETY: pthread_getattr_np initialises `attr` when it returns 0, and only then is it read
-    // and destroyed; `addr` and `size` are plain out-parameters.
-    unsafe {
-        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) == 0 {
-            let mut addr = core::ptr::null_mut();
-            let mut size = 0;
-            if libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size) == 0 && !addr.is_null() {
-                bounds = (addr as usize, addr as usize + size);
-            }
-            libc::pthread_attr_destroy(attr.as_mut_ptr());
-        }
-        *libc::__errno_location() = saved;
+fn stack_top_slow(local: &mut Local, sp: usize) -> Option<usize> {
+    if let Some(i) = local.stacks.iter().position(|&(lo, hi)| sp >= lo && sp < hi) {
+        local.stacks[..=i].rotate_right(1);
+        return Some(local.stacks[0].1);
     }
-    bounds
+    if NO_MAPS.load(Ordering::Relaxed) {
+        return None;
+    }
+    let Some(found) = procmaps::mapping_containing(sp) else {
+        // The stack pointer is always mapped, so a miss means the file could not be read.
+        NO_MAPS.store(true, Ordering::Relaxed);
+        return None;
+    };
+    local.stacks.rotate_right(1);
+    local.stacks[0] = found;
+    Some(found.1)
 }
 
 /// The registers a walk carries from frame to frame.
@@ -371,9 +379,10 @@ impl Bounds {
     #[inline(always)]
     fn read(&self, addr: usize) -> Option<usize> {
         if addr >= self.lo && addr <= self.hi - 8 {
-            // SAFETY: [lo, hi) lies within the calling thread's own mapped stack, whose bounds
-            // glibc reported, and lo is at or above this function's own stack pointer, so the
-            // word is mapped, readable and not concurrently unmapped.
+            // SAFETY: [lo, hi) lies within the mapping that holds the stack the calling thread
+            // runs on (see `stack_top_slow`), and lo is at or above this function's own stack
+            // pointer, so the word is mapped and readable, and the stack under our own frames
+            // is not unmapped while we run on it.
             Some(unsafe { (addr as *const usize).read_unaligned() })
         } else {
             None
@@ -679,15 +688,24 @@ struct DlFindObject {
 
 type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
 
-/// `_dl_find_object`, looked up on first use so the library still loads on an older glibc:
-/// 0 while unknown, 1 when absent, else its address.
+/// `_dl_find_object`, looked up at start-up (see `init`) so the library still loads on an older
+/// glibc: 0 while unknown, 1 when absent, else its address.
 static FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks up what the walker needs from the loader while the library initialises, on the first
+/// allocation. Later, `dlsym` would take the loader's lock from inside malloc: a thread that a
+/// library constructor starts and joins, during a `dlopen` that holds that lock, would then wait
+/// for it forever.
+pub fn init() {
+    let _ = find_object_fn();
+}
 
 fn find_object_fn() -> Option<FindObject> {
     let mut f = FIND_OBJECT.load(Ordering::Relaxed);
     if f == 0 {
-        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; our caller holds the
-        // reentrancy guard, so an allocation inside dlsym takes the untracked path.
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name. It runs once, from `init`
+        // during the library's initialisation (where the caller may allocate: dlsym's own calls
+        // take the bootstrap path then), or under the reentrancy guard if that was skipped.
         let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
         f = if p.is_null() { 1 } else { p as usize };
         FIND_OBJECT.store(f, Ordering::Relaxed);
@@ -782,6 +800,12 @@ fn object_from_header(start: usize, end: usize) -> Option<Object<'static>> {
 
 /// The `dl_iterate_phdr` fallback for glibc before 2.35 and for objects whose headers are not
 /// in their first page: slower (it takes the loader's lock) but used only on a cache miss.
+///
+/// Why that lock cannot deadlock here: glibc's `dl_load_write_lock` is recursive, so a program
+/// that allocates from inside its own `dl_iterate_phdr` callback takes it again on the same
+/// thread; another thread holds it only while it walks or changes the list of objects, and a
+/// callback of that walk that allocates waits at most for one of our list locks, which no thread
+/// holds while it walks a stack.
 fn with_object_iterate<F: FnOnce(&Object) -> Rule>(pc: usize, f: F) -> Option<Rule> {
     struct Search<G> {
         pc: usize,

@@ -12,6 +12,7 @@ use crate::header::{
 };
 use crate::lists::{self, List, NLISTS};
 use core::mem::offset_of;
+use core::sync::atomic::AtomicU64;
 
 /// "DMEMLAYT" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
@@ -59,6 +60,9 @@ pub struct Layout {
     pub list_off_changes: u64,
 }
 
+/// The word of flags the descriptor points at, set once at start-up.
+pub static FLAGS: AtomicU64 = AtomicU64::new(0);
+
 /// Recording was on: blocks carry stacks and sit on the lists.
 pub const FLAG_RECORDING: u64 = 1;
 
@@ -92,7 +96,7 @@ pub static dmem_layout: Layout = Layout {
     list_off_frees: offset_of!(List, frees) as u64,
     arena_start: bootstrap::ARENA_RANGE.0,
     arena_end: bootstrap::ARENA_RANGE.1,
-    flags: bootstrap::FLAGS.as_ptr(),
+    flags: FLAGS.as_ptr(),
     size_list_shift: LIST_SHIFT as u64,
     size_list_bits: LIST_BITS as u64,
     size_align_shift: ALIGN_SHIFT as u64,

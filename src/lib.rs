@@ -12,7 +12,9 @@ mod header;
 mod layout;
 mod lists;
 mod options;
+mod procmaps;
 mod reach;
+mod spinlock;
 mod thread;
 mod unwind;
 
@@ -25,12 +27,12 @@ mod dlhooks;
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]
-mod heap;
-#[cfg(not(test))]
 mod lifecycle;
+#[cfg(not(test))]
+mod own_heap;
 #[cfg(not(test))]
 mod report;
 
 #[cfg(not(test))]
 #[global_allocator]
-static HEAP: heap::RealHeap = heap::RealHeap;
+static HEAP: own_heap::RealHeap = own_heap::RealHeap;

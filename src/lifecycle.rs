@@ -3,7 +3,8 @@
 use crate::{bootstrap, lists, options, report, thread};
 use libc::c_void;
 
-extern "C" {
+// SAFETY: glibc declares `int on_exit(void (*)(int, void *), void *)`; the libc crate lacks it.
+unsafe extern "C" {
     fn on_exit(func: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> libc::c_int;
 }
 

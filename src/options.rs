@@ -159,6 +159,7 @@ pub fn get() -> &'static Options {
 
 /// Parses `DMEM_OPTS`. Must run once, single-threaded, before `get` is used.
 pub fn parse() {
+    // glibc's getenv reads `environ` without a lock, so it is safe from the first allocation.
     // SAFETY: getenv returns a NUL-terminated string owned by the environment, or null; nothing
     // here modifies the environment while we read it.
     let raw = unsafe { libc::getenv(c"DMEM_OPTS".as_ptr()) };

@@ -84,33 +84,14 @@ fn roots() -> Vec<(usize, usize)> {
     roots
 }
 
-/// The exiting thread's stack from here to its top.
+/// The exiting thread's stack from here to its top: the mapping that holds our stack pointer,
+/// found without `pthread_getattr_np`, which holds the thread's lock while it allocates (see
+/// `procmaps`).
 fn own_stack() -> Option<(usize, usize)> {
     let marker = 0usize;
     let sp = core::ptr::addr_of!(marker) as usize;
-    // SAFETY: getpid has no preconditions.
-    if thread::tid() == unsafe { libc::getpid() } as u32 {
-        extern "C" {
-            static __libc_stack_end: *const libc::c_void;
-        }
-        // SAFETY: the loader sets __libc_stack_end to the initial stack pointer before any code
-        // of ours runs; the main thread's frames all lie between here and there.
-        let top = unsafe { __libc_stack_end } as usize;
-        return (top > sp).then_some((sp & !7, top));
-    }
-    // SAFETY: pthread_getattr_np fills the attr for this (non-main) thread from its descriptor
-    // without reading /proc; the attr is destroyed after use.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr = core::ptr::null_mut();
-        let mut size = 0;
-        libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        Some((sp & !7, addr as usize + size))
-    }
+    let (_, top) = crate::procmaps::mapping_containing(sp)?;
+    Some((sp & !7, top))
 }
 
 /// Calls `emit` with every aligned word in `[start, end)` of this process's memory.

@@ -20,8 +20,11 @@ static OWN_LO: AtomicUsize = AtomicUsize::new(0);
 static OWN_HI: AtomicUsize = AtomicUsize::new(0);
 
 /// Records the address range of libdmem's own loaded segments, found from the address of a
-/// function of ours. Called once at start-up; `dl_iterate_phdr` does not allocate.
-pub fn init_own_range() {
+/// function of ours, and readies the cached walker. Called once at start-up, from the first
+/// allocation; `dl_iterate_phdr` does not allocate.
+pub fn init() {
+    #[cfg(target_arch = "x86_64")]
+    fastunwind::init();
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
@@ -49,7 +52,7 @@ pub fn init_own_range() {
             0
         }
     }
-    let mut probe = init_own_range as *const () as usize;
+    let mut probe = init as *const () as usize;
     // SAFETY: `visit` matches the callback type and only reads `probe` through `data`.
     unsafe {
         libc::dl_iterate_phdr(Some(visit), (&mut probe as *mut usize).cast());
@@ -96,7 +99,8 @@ pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
 }
 
 /// The platform unwinder (`_Unwind_Backtrace`, through the `backtrace` crate): selectable with
-/// `unwinder=backtrace`, and the fallback when a walk starts off the thread's own stack.
+/// `unwinder=backtrace`, and the fallback when the bounds of the stack a walk starts on
+/// cannot be found (a process without `/proc`).
 fn capture_backtrace(out: &mut [usize; NFRAMES]) {
     let mut n = 0;
     // SAFETY: `trace_unsynchronized` is unsafe only because it must not run concurrently with

@@ -1,4 +1,4 @@
-//! libdmem's own Rust heap. Whatever Rust code inside the library allocates (the unwinder's
+//! libdmem's own Rust heap (not the program's heap it tracks). Whatever Rust code inside the library allocates (the unwinder's
 //! caches, symbolisation at exit) goes straight to the real allocator, untracked, so it can never
 //! recurse into the tracked path or show up as the program's memory.
 

@@ -1,0 +1,166 @@
+//! Which mapping of the process holds an address, from `/proc/self/maps`, without allocating and
+//! without taking any lock in user space.
+//!
+//! The stack walker needs the bounds of the stack it walks, and the exit report needs the
+//! stacks of every thread. glibc's answer, `pthread_getattr_np`, holds the thread's own lock
+//! while it calls `realloc` (and `fopen` for the main thread): asked from inside malloc, it waits
+//! forever for a lock its own thread holds whenever the program itself was inside
+//! `pthread_getattr_np`, which the JVM and LLVM's lld do at thread start. The kernel's list of
+//! mappings needs none of that: it is read here with the raw `openat`, `read` and `close` system
+//! calls into a buffer on the stack, parsed as it streams, so no libc lock, no interposed libc
+//! function and no allocation is involved. The only lock is the kernel's mmap lock, taken for
+//! reading and never held across a return to user space.
+//!
+//! It costs one pass over the process's mappings (tens of microseconds for an ordinary program,
+//! more for one with thousands of mappings), so callers cache the answer per thread.
+
+/// The `[start, end)` of the mapping that holds `addr`, or None when no mapping holds it or
+/// `/proc` cannot be read (not mounted, or a sandbox forbids it). errno is left as it was.
+pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
+    // SAFETY: __errno_location returns the calling thread's errno slot, valid for its lifetime.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above; the slot is this thread's.
+    let saved = unsafe { *errno };
+    let found = scan(addr);
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+    found
+}
+
+fn scan(addr: usize) -> Option<(usize, usize)> {
+    // SAFETY: openat with AT_FDCWD and a NUL-terminated absolute path; the result is checked.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = fd as libc::c_int;
+    let mut parser = Parser::new(addr);
+    // Small enough for the stack of any thread that can call malloc (glibc's minimum is 16 KiB);
+    // the kernel hands out whole lines where they fit and the parser does not need them whole.
+    let mut buf = [0u8; 512];
+    let found = loop {
+        // SAFETY: reads at most buf.len() bytes into our own buffer from the descriptor opened
+        // above.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 && -n as i32 == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break None;
+        }
+        if let Some(range) = parser.feed(&buf[..n as usize]) {
+            break Some(range);
+        }
+    };
+    // SAFETY: closes the descriptor we opened; nothing else refers to it.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    found
+}
+
+/// A streaming parser of `/proc/PID/maps` lines that stops at the mapping holding `addr`. Only
+/// each line's leading `start-end` matters; the rest is skipped up to the newline.
+struct Parser {
+    addr: usize,
+    state: State,
+    start: usize,
+    end: usize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum State {
+    Start,
+    End,
+    Rest,
+}
+
+impl Parser {
+    fn new(addr: usize) -> Parser {
+        Parser {
+            addr,
+            state: State::Start,
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) -> Option<(usize, usize)> {
+        for &b in bytes {
+            match (self.state, b) {
+                (_, b'\n') => {
+                    self.state = State::Start;
+                    self.start = 0;
+                    self.end = 0;
+                }
+                (State::Start, b'-') => self.state = State::End,
+                (State::Start, _) => self.start = self.start.wrapping_shl(4) | hex(b),
+                (State::End, b' ') => {
+                    self.state = State::Rest;
+                    if self.addr >= self.start && self.addr < self.end {
+                        return Some((self.start, self.end));
+                    }
+                }
+                (State::End, _) => self.end = self.end.wrapping_shl(4) | hex(b),
+                (State::Rest, _) => {}
+            }
+        }
+        None
+    }
+}
+
+fn hex(b: u8) -> usize {
+    match b {
+        b'0'..=b'9' => (b - b'0') as usize,
+        b'a'..=b'f' => (b - b'a' + 10) as usize,
+        b'A'..=b'F' => (b - b'A' + 10) as usize,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lines_split_anywhere() {
+        let text = b"55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]\n\
+                     7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]\n";
+        for cut in 0..text.len() {
+            let mut p = Parser::new(0x7ffd_5e20_0000);
+            let got = p.feed(&text[..cut]).or_else(|| p.feed(&text[cut..]));
+            assert_eq!(got, Some((0x7ffd_5e1f_0000, 0x7ffd_5e21_1000)), "cut at {cut}");
+        }
+        let mut p = Parser::new(0x1000);
+        assert_eq!(p.feed(text), None);
+        // The end is exclusive.
+        let mut p = Parser::new(0x55d0_c0a2_1000);
+        assert_eq!(p.feed(text), None);
+    }
+
+    #[test]
+    fn finds_this_threads_stack_and_a_heap_block() {
+        let local = 0u64;
+        let at = &local as *const u64 as usize;
+        let (lo, hi) = mapping_containing(at).expect("the stack is mapped");
+        assert!(lo <= at && at < hi);
+        let boxed = Box::new([0u8; 64]);
+        let at = boxed.as_ptr() as usize;
+        let (lo, hi) = mapping_containing(at).expect("the heap is mapped");
+        assert!(lo <= at && at + 64 <= hi);
+        assert_eq!(mapping_containing(8), None, "page zero is never mapped");
+        std::thread::spawn(|| {
+            let local = 0u64;
+            let at = &local as *const u64 as usize;
+            let (lo, hi) = mapping_containing(at).expect("a thread's stack is mapped");
+            assert!(lo <= at && at < hi);
+        })
+        .join()
+        .unwrap();
+    }
+}
