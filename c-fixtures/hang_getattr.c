@@ -99,7 +99,7 @@ static int threads_mode(void)
 /* Each thread of the pair asks for the other's attributes, holding the other's lock while glibc
  * allocates: two threads that each wait on their own lock in the allocator would wait forever. */
 static pthread_t pair[2];
-static pthread_barrier_t start;
+static pthread_barrier_t start, done;
 
 static void *cross(void *arg)
 {
@@ -115,6 +115,9 @@ static void *cross(void *arg)
         pthread_attr_destroy(&attr);
         sizes += size == THREAD_STACK;
     }
+    /* Neither exits while the other may still ask about it: glibc answers ESRCH for a thread
+     * that has exited. */
+    pthread_barrier_wait(&done);
     return (void *)(intptr_t)(sizes != CROSS_ROUNDS);
 }
 
@@ -124,6 +127,7 @@ static int cross_mode(void)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, THREAD_STACK);
     pthread_barrier_init(&start, NULL, 3);
+    pthread_barrier_init(&done, NULL, 2);
     for (long i = 0; i < 2; i++)
         if (pthread_create(&pair[i], &attr, cross, (void *)(intptr_t)i) != 0)
             return 1;

@@ -131,15 +131,27 @@ fn unknown_stacks_allocations_are_recorded() {
         common::text(&want.stdout)
     );
 
-    let dir = scratch_dir("hangs_stack_contexts");
-    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
-    let s = gdbrun::on_core(&dir, &prog, &core, &["dmem stacks --json --min-size 1000"]);
-    s.assert_no_traceback();
-    for (size, count, function) in &kinds {
+    // With each unwinder: the default one falls back to the platform's off the thread's stack.
+    for (tag, opts) in [
+        ("fast", "abort-shutdown"),
+        ("backtrace", "abort-shutdown,unwinder=backtrace"),
+    ] {
+        let dir = scratch_dir(&format!("hangs_stack_contexts_{tag}"));
+        let core = make_core(&dir, &prog, &[], opts, &lib_path());
+        let s = gdbrun::on_core(&dir, &prog, &core, &["dmem stacks --json --min-size 1000"]);
+        s.assert_no_traceback();
+        check_kept(&kinds, s.out(0), opts);
+    }
+}
+
+/// Every kind of kept block is in the core's listing as often as it was made, each with a
+/// stack naming the function that allocated it.
+fn check_kept(kinds: &[(u64, u64, String)], json: &str, opts: &str) {
+    for (size, count, function) in kinds {
         assert!(*count > 0, "stack_contexts kept no blocks of {size} bytes");
         // Per block of this size: whether its recorded stack names the function that made it.
         let found = gdbrun::json_query(
-            s.out(0),
+            json,
             &format!(
                 "' '.join(str(any(f['function'] == '{function}' for f in b['stack'])) \
                  for b in d['blocks'] if b['size'] == {size})"
@@ -149,14 +161,12 @@ fn unknown_stacks_allocations_are_recorded() {
         assert_eq!(
             with.len() as u64,
             *count,
-            "{count} blocks of {size} bytes were kept, the core lists {}:\n{}",
-            with.len(),
-            s.out(0)
+            "{opts}: {count} blocks of {size} bytes were kept, the core lists {}:\n{json}",
+            with.len()
         );
         assert!(
             with.iter().all(|w| *w == "True"),
-            "blocks of {size} bytes without {function} in their stacks ({found}):\n{}",
-            s.out(0)
+            "{opts}: blocks of {size} bytes without {function} in their stacks ({found}):\n{json}"
         );
     }
 }
