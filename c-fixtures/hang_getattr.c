@@ -5,7 +5,7 @@
  *
  *   hang_getattr main     the main thread, first in an early constructor and again in main
  *   hang_getattr threads  threads whose first act is pthread_getattr_np on themselves
- *   hang_getattr cross    two threads asking for each other's attributes in a loop
+ *   hang_getattr cross    pairs of threads asking for each other's attributes
  *
  * Each mode prints what it checked; the output is the same on every run. */
 #define _GNU_SOURCE
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { THREADS = 4, THREAD_STACK = 256 * 1024, CROSS_ROUNDS = 2000 };
+enum { THREADS = 4, THREAD_STACK = 256 * 1024, CROSS_PAIRS = 1000, CROSS_ROUNDS = 20 };
 
 /* Whether the attributes of the calling thread describe a stack holding `probe`, and its size. */
 static int own_stack_holds(const void *probe, size_t *size)
@@ -96,29 +96,38 @@ static int threads_mode(void)
     return bad != 0;
 }
 
-/* Each thread of the pair asks for the other's attributes, holding the other's lock while glibc
- * allocates: two threads that each wait on their own lock in the allocator would wait forever. */
-static pthread_t pair[2];
-static pthread_barrier_t start, done;
+/* Each thread of a pair asks for the other's attributes, holding the other's lock while glibc
+ * allocates: two threads that then each wait in the allocator for their own lock wait forever.
+ * Fresh pairs, released together by a barrier, so their first allocations meet. */
+struct pair {
+    pthread_t t[2];
+    pthread_barrier_t start, done;
+};
+
+struct member {
+    struct pair *pair;
+    int me;
+};
 
 static void *cross(void *arg)
 {
-    int me = (int)(intptr_t)arg;
-    pthread_barrier_wait(&start);
-    long sizes = 0;
+    struct member *m = arg;
+    struct pair *p = m->pair;
+    pthread_barrier_wait(&p->start);
+    int good = 0;
     for (int i = 0; i < CROSS_ROUNDS; i++) {
         pthread_attr_t attr;
         size_t size = 0;
-        if (pthread_getattr_np(pair[1 - me], &attr) != 0)
-            return (void *)1;
+        if (pthread_getattr_np(p->t[1 - m->me], &attr) != 0)
+            break;
         pthread_attr_getstacksize(&attr, &size);
         pthread_attr_destroy(&attr);
-        sizes += size == THREAD_STACK;
+        good += size == THREAD_STACK;
     }
     /* Neither exits while the other may still ask about it: glibc answers ESRCH for a thread
      * that has exited. */
-    pthread_barrier_wait(&done);
-    return (void *)(intptr_t)(sizes != CROSS_ROUNDS);
+    pthread_barrier_wait(&p->done);
+    return (void *)(intptr_t)(good != CROSS_ROUNDS);
 }
 
 static int cross_mode(void)
@@ -126,20 +135,28 @@ static int cross_mode(void)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, THREAD_STACK);
-    pthread_barrier_init(&start, NULL, 3);
-    pthread_barrier_init(&done, NULL, 2);
-    for (long i = 0; i < 2; i++)
-        if (pthread_create(&pair[i], &attr, cross, (void *)(intptr_t)i) != 0)
-            return 1;
-    pthread_attr_destroy(&attr);
-    pthread_barrier_wait(&start);
     int bad = 0;
-    for (int i = 0; i < 2; i++) {
-        void *r;
-        pthread_join(pair[i], &r);
-        bad += r != NULL;
+    for (int n = 0; n < CROSS_PAIRS; n++) {
+        struct pair p;
+        struct member m[2] = {{&p, 0}, {&p, 1}};
+        /* Main joins the start barrier, so both ids are stored before either thread reads one. */
+        pthread_barrier_init(&p.start, NULL, 3);
+        pthread_barrier_init(&p.done, NULL, 2);
+        for (int i = 0; i < 2; i++)
+            if (pthread_create(&p.t[i], &attr, cross, &m[i]) != 0)
+                return 1;
+        pthread_barrier_wait(&p.start);
+        for (int i = 0; i < 2; i++) {
+            void *r;
+            pthread_join(p.t[i], &r);
+            bad += r != NULL;
+        }
+        pthread_barrier_destroy(&p.start);
+        pthread_barrier_destroy(&p.done);
     }
-    printf("cross: %d rounds each, %d thread(s) saw a wrong stack size\n", CROSS_ROUNDS, bad);
+    pthread_attr_destroy(&attr);
+    printf("cross: %d pairs, %d rounds each, %d thread(s) saw a wrong stack size\n", CROSS_PAIRS,
+           CROSS_ROUNDS, bad);
     return bad != 0;
 }
 
