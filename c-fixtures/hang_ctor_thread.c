@@ -3,7 +3,8 @@
  * whose constructor (run by the loader at start-up, before this one) starts and joins another.
  * Every one of them allocates, and the first act of each is pthread_getattr_np. */
 // build: -lhang_ctor
-#define _GNU_SOURCE
+#include "hang_common.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,24 +13,11 @@
 
 const char *hang_ctor_report(void);
 
-static int own_stack_holds(const void *probe)
-{
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0)
-        return 0;
-    void *addr = NULL;
-    size_t size = 0;
-    int ok = pthread_attr_getstack(&attr, &addr, &size) == 0 && (uintptr_t)probe >= (uintptr_t)addr &&
-             (uintptr_t)probe < (uintptr_t)addr + size;
-    pthread_attr_destroy(&attr);
-    return ok;
-}
-
 /* Builds a line of text in a growing buffer and returns it. */
 static void *worker(void *arg)
 {
     int probe;
-    int ok = own_stack_holds(&probe);
+    int ok = own_stack_holds(&probe, NULL);
     const char *who = arg;
     char *s = NULL;
     size_t len = 0;

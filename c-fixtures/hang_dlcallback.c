@@ -8,7 +8,8 @@
  *   hang_dlcallback threads  fresh threads, and a thread doing dlopen/dlclose meanwhile
  *
  * What it prints does not depend on which other objects are loaded (a preloaded allocator is). */
-#define _GNU_SOURCE
+#include "hang_common.h"
+
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
@@ -103,13 +104,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: hang_dlcallback main|threads\n");
         return 2;
     }
-    /* The library is built next to this program. */
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n < 0)
+    if (!next_to_program("libdmemfix_plugin.so", plugin, sizeof(plugin)))
         return 1;
-    exe[n] = '\0';
-    snprintf(plugin, sizeof(plugin), "%s/libdmemfix_plugin.so", dirname(exe));
 
     pthread_t load, t[THREADS];
     if (pthread_create(&load, NULL, loader, NULL) != 0)

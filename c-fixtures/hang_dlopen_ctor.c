@@ -1,7 +1,8 @@
 /* dlopen of a library whose constructor allocates and joins a thread that allocates (see
  * libhang_ctor.c), repeatedly, from the main thread and from fresh threads whose first act is
  * the dlopen, so their first allocation happens inside the constructor under the load lock. */
-#define _GNU_SOURCE
+#include "hang_common.h"
+
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
@@ -38,12 +39,8 @@ static void *fresh(void *arg)
 
 int main(void)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n < 0)
+    if (!next_to_program("libhang_ctor.so", path, sizeof(path)))
         return 1;
-    exe[n] = '\0';
-    snprintf(path, sizeof(path), "%s/libhang_ctor.so", dirname(exe));
 
     int bad = 0;
     char *first = load_once();

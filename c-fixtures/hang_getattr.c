@@ -8,7 +8,8 @@
  *   hang_getattr cross    pairs of threads asking for each other's attributes
  *
  * Each mode prints what it checked; the output is the same on every run. */
-#define _GNU_SOURCE
+#include "hang_common.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,20 +17,6 @@
 #include <string.h>
 
 enum { THREADS = 4, THREAD_STACK = 256 * 1024, CROSS_PAIRS = 1000, CROSS_ROUNDS = 20 };
-
-/* Whether the attributes of the calling thread describe a stack holding `probe`, and its size. */
-static int own_stack_holds(const void *probe, size_t *size)
-{
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0)
-        return 0;
-    void *addr = NULL;
-    *size = 0;
-    int ok = pthread_attr_getstack(&attr, &addr, size) == 0 && (uintptr_t)probe >= (uintptr_t)addr &&
-             (uintptr_t)probe < (uintptr_t)addr + *size;
-    pthread_attr_destroy(&attr);
-    return ok;
-}
 
 static int early_ok = -1;
 

@@ -3,7 +3,8 @@
  * while the loader holds its load lock; linked at build time, the constructor runs before main.
  * A stack walker that takes a loader lock (dladdr, say) in the started thread would wait for the
  * constructor, which waits for the thread. */
-#define _GNU_SOURCE
+#include "hang_common.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,25 +16,12 @@ enum { BLOCKS = 64 };
 static char report[256];
 static char *kept;
 
-static int own_stack_holds(const void *probe)
-{
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0)
-        return 0;
-    void *addr = NULL;
-    size_t size = 0;
-    int ok = pthread_attr_getstack(&attr, &addr, &size) == 0 && (uintptr_t)probe >= (uintptr_t)addr &&
-             (uintptr_t)probe < (uintptr_t)addr + size;
-    pthread_attr_destroy(&attr);
-    return ok;
-}
-
 /* A started thread's first act is pthread_getattr_np; then it allocates, grows and frees. */
 static void *worker(void *arg)
 {
     (void)arg;
     int probe;
-    int ok = own_stack_holds(&probe);
+    int ok = own_stack_holds(&probe, NULL);
     void *blocks[BLOCKS];
     size_t total = 0;
     for (int i = 0; i < BLOCKS; i++) {
@@ -59,7 +47,7 @@ static size_t in_thread(void)
 __attribute__((constructor)) static void hang_ctor_init(void)
 {
     int probe;
-    int own = own_stack_holds(&probe);
+    int own = own_stack_holds(&probe, NULL);
     kept = strdup("kept from the constructor");
     size_t total = in_thread();
     snprintf(report, sizeof(report), "constructor: own stack %s, thread allocated %zu bytes, kept \"%s\"",
