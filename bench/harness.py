@@ -5,6 +5,8 @@ Workloads:
            and hand blocks to each other to free.
   python   bench/alloc_heavy.py under the system python3 with PYTHONMALLOC=malloc, so every
            object allocation reaches malloc (about 7 million of them).
+  cxxmap   c-fixtures/bench_cxxmap.cpp: four threads build and drop std::map<std::string, ...>
+           tables, with every allocation deep inside libstdc++, and hand some to each other.
 
 Tools, each run only when installed:
   dmem             libdmem.so preloaded, recording stacks with the cached CFI unwinder (default)
@@ -17,14 +19,15 @@ Tools, each run only when installed:
   lsan             LeakSanitizer's standalone runtime preloaded, default frame-pointer unwinding
   lsan-full        the same with fast_unwind_on_malloc=0, which gives complete stacks
 
-The figure that matters is the median wall time over several runs divided by the bare median.
-The CPU time (user + system of the process tree) is printed too: on a busy machine it moves
-less than wall time, and heaptrack's separate interpreter process shows up in it.
+The figure that matters is the median wall time over several runs divided by the bare median;
+next to it, for the dmem rows, the same divided by the header floor's median (what recording
+costs above the layout's own cost). The CPU time (user + system of the process tree) is printed
+too: on a busy machine it moves less than wall time, and heaptrack's separate interpreter process
+shows up in it. The last column is the median peak resident size, in MiB, of the process.
 """
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -47,19 +50,34 @@ def find_python():
     return os.path.realpath(shutil.which("python3") or sys.executable)
 
 
+GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
 def run_once(argv, env, cwd):
-    """Wall and CPU seconds of one run of argv (and its children)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Wall and CPU seconds and peak resident MiB of one run of argv (and its children).
+
+    The peak comes from GNU time when it is installed: a process keeps the peak of the process
+    it was forked from across exec, so a child of this (large) interpreter would report at least
+    the interpreter's own size. Without GNU time that floor is in the figure."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}:\n{err}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile(mode="r") as peak:
+        if GNU_TIME:
+            argv = [GNU_TIME, "-f", "%M", "-o", peak.name] + argv
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        # wait4 gives this child's own usage (with the descendants it waited for), where
+        # RUSAGE_CHILDREN's would add up every run so far.
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            text = err.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{' '.join(argv)} exited with {code}:\n{text}")
+        lines = peak.read().split() if GNU_TIME else []
+        kib = int(lines[-1]) if lines else usage.ru_maxrss
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, kib / 1024
 
 
 def tools(args, scratch):
@@ -105,11 +123,12 @@ def main():
     ap.add_argument("--lib", required=True, help="libdmem.so to preload")
     ap.add_argument("--storm", required=True, help="the bench_storm fixture")
     ap.add_argument("--floor", help="the libheader_floor.so fixture (the header-floor row)")
+    ap.add_argument("--cxxmap", help="the bench_cxxmap fixture (the cxxmap workload)")
     ap.add_argument("--runs", type=int, default=7, help="runs of bare and dmem (default 7)")
     ap.add_argument("--others", type=int, default=3, help="runs of heaptrack and lsan (default 3)")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the slow single runs (dmem-backtrace, lsan-full)")
-    ap.add_argument("--only", choices=["storm", "python"], help="run one workload")
+    ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
     args = ap.parse_args()
 
     python = find_python()
@@ -117,6 +136,8 @@ def main():
         ("storm", [args.storm], {}),
         ("python", [python, os.path.join(HERE, "alloc_heavy.py")], {"PYTHONMALLOC": "malloc"}),
     ]
+    if args.cxxmap:
+        workloads.append(("cxxmap", [args.cxxmap], {}))
     if args.only:
         workloads = [w for w in workloads if w[0] == args.only]
 
@@ -125,7 +146,7 @@ def main():
         print(f"# {os.uname().machine}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
               f"python: {python}")
         print(f"{'workload':<8}  {'tool':<15} {'runs':>4}  {'wall (median)':>13}  {'ratio':>6}  "
-              f"{'cpu (median)':>12}  {'ratio':>6}")
+              f"{'/floor':>6}  {'cpu (median)':>12}  {'ratio':>6}  {'peak MiB':>8}")
         for wname, argv, extra_env in workloads:
             measure(wname, argv, extra_env, base, tool_list, scratch)
 
@@ -138,31 +159,36 @@ def measure(wname, argv, extra_env, base, tool_list, scratch):
     for tname, runs, wrap in tool_list:
         cmd, env = wrap(list(argv), dict(base, **extra_env))
         commands[tname] = (runs, cmd, env)
-    times = {tname: ([], []) for tname in commands}
+    times = {tname: ([], [], []) for tname in commands}
     failed = set()
     for rnd in range(max(runs for runs, _, _ in commands.values())):
         for tname, (runs, cmd, env) in commands.items():
             if rnd >= runs or tname in failed:
                 continue
             try:
-                w, c = run_once(cmd, env, scratch)
+                w, c, rss = run_once(cmd, env, scratch)
             except RuntimeError as e:
                 print(f"{wname:<8}  {tname:<15} failed: {e}", file=sys.stderr)
                 failed.add(tname)
                 continue
             times[tname][0].append(w)
             times[tname][1].append(c)
+            times[tname][2].append(rss)
     if not times["bare"][0]:
         return  # without the bare run there is nothing to compare against; the error is printed
     bare = None
-    for tname, (walls, cpus) in times.items():
+    floor = times.get("header-floor", ([],))[0]
+    floor = statistics.median(floor) if floor and "header-floor" not in failed else None
+    for tname, (walls, cpus, rsss) in times.items():
         if tname in failed or not walls:
             continue
         wall, cpu = statistics.median(walls), statistics.median(cpus)
         if bare is None:
             bare = (wall, cpu)
+        over = f"{wall / floor:>5.2f}x" if floor and tname.startswith("dmem") else f"{'':>6}"
         print(f"{wname:<8}  {tname:<15} {len(walls):>4}  {wall:>11.2f} s  {wall / bare[0]:>5.2f}x  "
-              f"{cpu:>10.2f} s  {cpu / bare[1]:>5.2f}x", flush=True)
+              f"{over}  {cpu:>10.2f} s  {cpu / bare[1]:>5.2f}x  {statistics.median(rsss):>8.1f}",
+              flush=True)
 
 if __name__ == "__main__":
     main()

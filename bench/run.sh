@@ -7,8 +7,8 @@
 #   bench/run.sh --runs 9        more runs per measurement, for a noisy machine
 set -eu
 cd "$(dirname "$0")/.."
-# The build prints where build.rs put the fixtures (its out_dir); the harness takes bench_storm
-# and libheader_floor.so from there.
+# The build prints where build.rs put the fixtures (its out_dir); the harness takes bench_storm,
+# bench_cxxmap and libheader_floor.so from there.
 out_dir=$(cargo build --release --message-format=json-render-diagnostics |
     python3 -c 'import json, sys
 for line in sys.stdin:
@@ -20,4 +20,5 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
 exec python3 bench/harness.py \
     --lib "$target_dir/release/libdmem.so" \
     --storm "$out_dir/fixtures/bench_storm" \
-    --floor "$out_dir/fixtures/libheader_floor.so" "$@"
+    --floor "$out_dir/fixtures/libheader_floor.so" \
+    --cxxmap "$out_dir/fixtures/bench_cxxmap" "$@"
