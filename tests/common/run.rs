@@ -12,17 +12,26 @@ use std::time::{Duration, Instant};
 /// say) comes near it. Not a performance bound.
 pub const LIMIT: Duration = Duration::from_secs(120);
 
-/// For the fork fixture, which takes well under a second when nothing deadlocks: a hang there is
-/// the expected failure, so it should not hold the suite up for long.
+/// For the fork fixture and the deadlock fixtures (`hang_*`, `stack_*`), which take well under
+/// a second when nothing deadlocks: a hang there is the expected failure, so it should not hold
+/// the suite up for long.
 pub const FORK_LIMIT: Duration = Duration::from_secs(60);
 
 /// The time limit for one run of a fixture.
 pub fn limit_for(fixture: &str) -> Duration {
-    if fixture.starts_with("fork") {
+    if ["fork", "hang_", "stack_"].iter().any(|p| fixture.starts_with(p)) {
         FORK_LIMIT
     } else {
         LIMIT
     }
+}
+
+/// How run_limited's note on a killed run begins.
+const KILLED: &str = "[killed: still running after";
+
+/// Whether run_limited killed this run at its time limit.
+pub fn timed_out(out: &Output) -> bool {
+    String::from_utf8_lossy(&out.stderr).contains(KILLED)
 }
 
 /// Runs `cmd` with no stdin, capturing output, and kills its whole process group if it is still
@@ -61,7 +70,7 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
     };
     let mut stderr = err.join().expect("stderr reader");
     if killed {
-        stderr.extend_from_slice(format!("[killed: still running after {limit:?}, hung?]\n").as_bytes());
+        stderr.extend_from_slice(format!("{KILLED} {limit:?}, hung?]\n").as_bytes());
     }
     Output {
         status,
