@@ -163,8 +163,39 @@ fn main_arena(segments: &[(usize, usize)]) -> Option<(usize, usize)> {
             }
         }
     }
-    let (pairs, first) = best;
-    (pairs >= 32).then(|| (first - 96 - 16, first + 16 * (pairs - 1) + 16 + 16 + 64))
+    let (pairs, mut first) = best;
+    if pairs < 32 {
+        return None;
+    }
+    // Bins that hold chunks (at exit, after __libc_freeres, the first few usually do) break the
+    // run; extend it over bins whose chunks link back to them, up to the 127 pairs of `bins`,
+    // so the struct is placed exactly (the gdb side does the same, in gdb/dmemlib/roots.py).
+    let mut last = first + 16 * (pairs - 1);
+    while last - first < 16 * (BIN_PAIRS - 1) && linked_bin(first - 16) {
+        first -= 16;
+    }
+    while last - first < 16 * (BIN_PAIRS - 1) && linked_bin(last + 16) {
+        last += 16;
+    }
+    Some((first - 96 - 16, last + 16 + 16 + 64))
+}
+
+/// Pairs of words in glibc's `bins` array (`NBINS * 2 - 2` words).
+const BIN_PAIRS: usize = 127;
+
+/// Whether the pair of words at `q` is a glibc bin that holds chunks: its first chunk's `bk` and
+/// its last chunk's `fd` both lead back to the bin, whose chunk-shaped address is `q - 16`.
+/// The chunks are read with checked reads, since a pair that is not a bin points anywhere.
+fn linked_bin(q: usize) -> bool {
+    let word = |a: usize| {
+        let mut w = None;
+        stopworld::read_words_checked(a, a + 8, &mut |v| w = Some(v));
+        w
+    };
+    let (Some(fd), Some(bk)) = (word(q), word(q + 8)) else {
+        return false;
+    };
+    word(fd.wrapping_add(24)) == Some(q - 16) && word(bk.wrapping_add(16)) == Some(q - 16)
 }
 
 /// `[start, end)` less `cut`, as up to two ranges.
