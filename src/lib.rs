@@ -27,11 +27,11 @@ mod dlhooks;
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]
+mod leak_report;
+#[cfg(not(test))]
 mod lifecycle;
 #[cfg(not(test))]
 mod own_heap;
-#[cfg(not(test))]
-mod report;
 #[cfg(not(test))]
 mod stopworld;
 

@@ -1,6 +1,6 @@
 //! Process lifecycle: the library constructor, fork, and what happens at exit.
 
-use crate::{bootstrap, lists, options, report, thread};
+use crate::{bootstrap, leak_report, lists, options, thread};
 use libc::c_void;
 
 // SAFETY: glibc declares `int on_exit(void (*)(int, void *), void *)`; the libc crate lacks it.
@@ -59,7 +59,7 @@ extern "C" fn at_exit(status: libc::c_int, _: *mut c_void) {
         free_libc_buffers();
     }
     let mut code = status;
-    if o.leak_report && report::leak_report(&report::Entry::capture()) > 0 {
+    if o.leak_report && leak_report::leak_report(&leak_report::Entry::capture()) > 0 {
         code = o.leak_exitcode.unwrap_or(status);
     }
     if o.abort_shutdown {

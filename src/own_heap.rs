@@ -1,6 +1,7 @@
-//! libdmem's own Rust heap (not the program's heap it tracks). Whatever Rust code inside the library allocates (the unwinder's
-//! caches, symbolisation at exit) goes straight to the real allocator, untracked, so it can never
-//! recurse into the tracked path or show up as the program's memory.
+//! libdmem's own Rust heap, not the program's heap it tracks. Whatever Rust code inside the
+//! library allocates (the unwinder's caches, symbolisation at exit) goes straight to the real
+//! allocator, untracked, so it can never recurse into the tracked path or show up as the
+//! program's memory.
 
 use crate::bootstrap;
 use core::alloc::{GlobalAlloc, Layout};
