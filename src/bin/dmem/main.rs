@@ -9,14 +9,17 @@
 //! `install` are the subcommands of those names, and `sys` holds the few calls into libc.
 
 mod cli;
+mod coredump;
 mod corefile;
 mod demo;
 mod elf;
 mod flamegraph;
 mod install;
 mod locate;
+mod pprof;
 mod report;
 mod run;
+mod snapshot;
 mod sys;
 
 use std::ffi::OsString;
