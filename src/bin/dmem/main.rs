@@ -12,6 +12,7 @@ mod cli;
 mod coredump;
 mod corefile;
 mod demo;
+mod diff;
 mod elf;
 mod flamegraph;
 mod install;

@@ -1,0 +1,66 @@
+// build: -O0
+/* A heap that changes by known amounts between two moments, for `dmem diff`.
+ *
+ *   grow_steps GROW_BLOCKS GROW_SIZE
+ *
+ * First it allocates 50 blocks of 32 bytes from hold_steady() and 20 blocks of 100 bytes from
+ * hold_shrinking(), prints "ready 1" and waits for a line on stdin. Then it allocates
+ * GROW_BLOCKS blocks of GROW_SIZE bytes from grow(), frees 10 of the 100-byte blocks, prints
+ * "ready 2" and waits for stdin to close; it exits without freeing anything.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *steady[50];
+static void *shrinking[20];
+static void **grown;
+
+__attribute__((noinline)) static void hold_steady(void)
+{
+    for (int i = 0; i < 50; i++)
+        steady[i] = memset(malloc(32), 1, 32);
+}
+
+__attribute__((noinline)) static void hold_shrinking(void)
+{
+    for (int i = 0; i < 20; i++)
+        shrinking[i] = memset(malloc(100), 2, 100);
+}
+
+__attribute__((noinline)) static void grow(long blocks, size_t size)
+{
+    for (long i = 0; i < blocks; i++)
+        grown[i] = memset(malloc(size), 3, size);
+}
+
+static void wait_line(void)
+{
+    char line[64];
+    if (!fgets(line, sizeof line, stdin))
+        exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3)
+        return 2;
+    long blocks = atol(argv[1]);
+    size_t size = (size_t)atol(argv[2]);
+    /* The table of grown blocks comes from calloc before the first moment, so it is steady. */
+    grown = calloc((size_t)blocks + 1, sizeof *grown);
+    hold_steady();
+    hold_shrinking();
+    printf("ready 1\n");
+    fflush(stdout);
+    wait_line();
+
+    grow(blocks, size);
+    for (int i = 0; i < 10; i++)
+        free(shrinking[i]);
+    printf("ready 2\n");
+    fflush(stdout);
+    while (getchar() != EOF)
+        ;
+    return 0;
+}
