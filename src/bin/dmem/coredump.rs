@@ -24,6 +24,8 @@ struct Load {
     memsz: u64,
     offset: u64,
     filesz: u64,
+    /// PF_R, PF_W, PF_X.
+    flags: u32,
 }
 
 /// One file-backed mapping of the process, from NT_FILE.
@@ -86,6 +88,7 @@ impl CoreDump {
                     filesz: ph
                         .p_filesz(endian)
                         .min((data.len() as u64).saturating_sub(ph.p_offset(endian))),
+                    flags: ph.p_flags(endian).0,
                 }),
                 PT_NOTE => {
                     let Ok(Some(mut notes)) = ph.notes(endian, &*data) else {
