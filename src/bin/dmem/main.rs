@@ -13,10 +13,15 @@ mod corefile;
 mod demo;
 mod elf;
 mod flamegraph;
+mod heapwalk;
 mod install;
 mod locate;
+mod mappings;
+mod memory;
 mod report;
 mod run;
+mod stacks;
+mod symbolize;
 mod sys;
 
 use std::ffi::OsString;
