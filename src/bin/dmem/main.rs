@@ -15,12 +15,17 @@ mod demo;
 mod diff;
 mod elf;
 mod flamegraph;
+mod heapwalk;
 mod install;
 mod locate;
+mod mappings;
+mod memory;
 mod pprof;
 mod report;
 mod run;
 mod snapshot;
+mod stacks;
+mod symbolize;
 mod sys;
 
 use std::ffi::OsString;
