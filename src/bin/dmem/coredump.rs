@@ -7,6 +7,8 @@
 //! with the `object` crate.
 
 use crate::cli::show;
+use crate::mappings::{Mapping, Mappings};
+use crate::memory::{Memory, ReadError};
 use object::elf::{FileHeader64, NT_FILE, PT_LOAD, PT_NOTE};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::LittleEndian as LE;
@@ -30,12 +32,12 @@ struct Load {
 
 /// One file-backed mapping of the process, from NT_FILE.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FileMapping {
-    pub start: u64,
-    pub end: u64,
+struct FileMapping {
+    start: u64,
+    end: u64,
     /// Offset in the file of `start`, in bytes.
-    pub offset: u64,
-    pub path: PathBuf,
+    offset: u64,
+    path: PathBuf,
 }
 
 pub struct CoreDump {
@@ -43,7 +45,7 @@ pub struct CoreDump {
     data: memmap2::Mmap,
     /// Sorted by address.
     loads: Vec<Load>,
-    pub files: Vec<FileMapping>,
+    files: Vec<FileMapping>,
     /// When the core was written.
     pub mtime: SystemTime,
     /// Files mapped into the process, opened on first need (None: unreadable).
@@ -122,23 +124,34 @@ impl CoreDump {
         &self.path
     }
 
-    /// The dumped bytes at `addr..addr + len`, borrowed from the core, when one segment holds
-    /// them all.
-    pub fn slice(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let i = self.loads.partition_point(|l| l.vaddr <= addr).checked_sub(1)?;
-        let l = &self.loads[i];
-        let rel = addr - l.vaddr;
-        let end = rel.checked_add(len as u64)?;
-        if end > l.filesz {
-            return None;
-        }
-        let at = (l.offset + rel) as usize;
-        self.data.get(at..at + len)
+    /// The process's file mappings (NT_FILE), with the permissions of the segments that dumped
+    /// them: what the symboliser and the search for the layout descriptor work from.
+    pub fn mappings(&self) -> Mappings {
+        Mappings::new(
+            self.files
+                .iter()
+                .map(|f| {
+                    let flags = self
+                        .loads
+                        .iter()
+                        .find(|l| l.vaddr == f.start)
+                        .map_or(0, |l| l.flags);
+                    Mapping {
+                        start: f.start,
+                        end: f.end,
+                        offset: f.offset,
+                        path: Some(f.path.clone()),
+                        readable: flags & object::elf::PF_R.0 != 0,
+                        executable: flags & object::elf::PF_X.0 != 0,
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// Fills `buf` with the process's memory at `addr`: from the core's segments, or, where
     /// they left it out, from the file mapped there. False if some byte is in neither.
-    pub fn read(&self, mut addr: u64, mut buf: &mut [u8]) -> bool {
+    fn fill(&self, mut addr: u64, mut buf: &mut [u8]) -> bool {
         while !buf.is_empty() {
             let n = self.read_some(addr, buf);
             if n == 0 {
@@ -181,6 +194,16 @@ impl CoreDump {
             buf[..n].copy_from_slice(&file[at as usize..at as usize + n]);
         }
         n
+    }
+}
+
+impl Memory for CoreDump {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if self.fill(addr, buf) {
+            Ok(())
+        } else {
+            Err(ReadError::Unmapped)
+        }
     }
 }
 

@@ -136,6 +136,7 @@ impl Diff {
                     frames: c.stack.frames.clone(),
                 })
                 .collect(),
+            ..Snapshot::default()
         }
     }
 
@@ -174,6 +175,7 @@ mod tests {
                     }],
                 })
                 .collect(),
+            ..Snapshot::default()
         }
     }
 

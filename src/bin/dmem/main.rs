@@ -23,6 +23,7 @@ mod memory;
 mod pprof;
 mod report;
 mod run;
+mod snapjson;
 mod snapshot;
 mod stacks;
 mod symbolize;
@@ -91,6 +92,7 @@ fn dispatch(mut args: Vec<OsString>) -> Outcome {
         "flamegraph" => ("flamegraph", flamegraph::main),
         "demo" => ("demo", demo::main),
         "install" => ("install", install::main),
+        "snapshot" => ("snapshot", snapshot_main),
         "-h" | "--help" | "help" => {
             return match args.first().map(|a| a.to_string_lossy().into_owned()) {
                 None => {
@@ -126,4 +128,28 @@ fn dispatch(mut args: Vec<OsString>) -> Outcome {
         }
     };
     handler(args).map_err(|f| (Some(name), f))
+}
+
+fn snapshot_main(args: Vec<OsString>) -> Result<i32> {
+    use cli::{Arg, Parser};
+    let mut p = Parser::new(args, &['o']);
+    let (mut words, mut output, mut format) = (Vec::new(), None, snapshot::Format::Pprof);
+    while let Some(arg) = p.next_arg()? {
+        match arg {
+            Arg::Help => return Ok(0),
+            Arg::Word(w) => words.push(w),
+            Arg::End => words.extend(p.rest()),
+            Arg::Opt(o) => match o.as_str() {
+                "-o" | "--output" => output = Some(std::path::PathBuf::from(p.value(&o, "a file")?)),
+                "--format" => {
+                    let f = p.value(&o, "a format")?;
+                    format =
+                        snapshot::Format::parse(&f.to_string_lossy()).ok_or_else(|| usage("bad format"))?;
+                }
+                _ => return Err(cli::unknown_option(&o, "snapshot")),
+            },
+        }
+    }
+    let output = output.ok_or_else(|| usage("needs -o FILE"))?;
+    snapshot::command(&words, &output, format)
 }

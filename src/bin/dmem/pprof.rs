@@ -443,6 +443,7 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         source,
         objects,
         stacks,
+        ..Snapshot::default()
     };
     snap.sort();
     Ok(snap)
@@ -506,6 +507,7 @@ mod tests {
                     }],
                 },
             ],
+            ..Snapshot::default()
         }
     }
 

@@ -3,7 +3,18 @@
 //! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
 //! core file or a file written earlier.
 
+use crate::cli::show;
+use crate::coredump::CoreDump;
+use crate::elf::{self, Kind};
+use crate::heapwalk::{self, LocateError, WalkOptions, FLAG_RECORDING};
+use crate::mappings::Mappings;
+use crate::memory::{LiveMemory, Memory, ReadError};
+use crate::symbolize::{self, Symbolizer};
+use crate::{failed, usage, Result};
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Where a snapshot's code addresses lie: one mapped object file.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -68,6 +79,10 @@ pub struct Snapshot {
     pub objects: Vec<Object>,
     /// Biggest first.
     pub stacks: Vec<Stack>,
+    /// How long reading the lists took, in milliseconds (0 when read from a file).
+    pub read_ms: u64,
+    /// Lists that could not be read whole (a running process changed them throughout).
+    pub inconsistent_lists: usize,
 }
 
 impl Snapshot {
@@ -134,4 +149,332 @@ impl Snapshot {
         lines.sort();
         lines.into_iter().map(|(k, v)| format!("{k} {v}\n")).collect()
     }
+}
+
+/// Where a snapshot comes from, as named on the command line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    Pid(i32),
+    Core {
+        prog: PathBuf,
+        core: PathBuf,
+    },
+    /// A snapshot written earlier: a pprof profile (gzipped or not) or dmem's JSON.
+    File(PathBuf),
+}
+
+impl Source {
+    /// Splits command-line words into sources: a number is a PID, a program is followed by its
+    /// core, anything else is a snapshot file.
+    pub fn parse_all(words: &[OsString]) -> Result<Vec<Source>> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let w = &words[i];
+            i += 1;
+            if let Some(pid) = w.to_str().and_then(|s| s.parse::<i32>().ok()) {
+                if pid <= 0 {
+                    return Err(usage(format!("{pid} is not a process id")));
+                }
+                out.push(Source::Pid(pid));
+                continue;
+            }
+            let path = PathBuf::from(w);
+            match elf::kind(&path) {
+                Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&path)))),
+                Ok(Kind::Core) => {
+                    return Err(usage(format!(
+                        "{} is a core file: name its program first (PROG CORE)",
+                        show(&path)
+                    )))
+                }
+                Ok(Kind::Program { .. }) => {
+                    let Some(core) = words.get(i).map(PathBuf::from) else {
+                        return Err(usage(format!(
+                            "{} is a program: a core file of it must follow (PROG CORE)",
+                            show(&path)
+                        )));
+                    };
+                    i += 1;
+                    match elf::kind(&core) {
+                        Ok(Kind::Core) => out.push(Source::Core { prog: path, core }),
+                        Ok(_) => {
+                            return Err(usage(format!(
+                                "{} is not a core file (it follows the program {})",
+                                show(&core),
+                                show(&path)
+                            )))
+                        }
+                        Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&core)))),
+                    }
+                }
+                Ok(_) => out.push(Source::File(path)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The snapshot this source holds or gives now.
+    pub fn take(&self) -> Result<Snapshot> {
+        match self {
+            Source::Pid(pid) => {
+                let maps = Mappings::of_process(*pid).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => failed(format!("no process {pid}")),
+                    _ => failed(format!("cannot read the mappings of process {pid}: {e}")),
+                })?;
+                let main = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+                let mem = LiveMemory::new(*pid);
+                from_memory(
+                    &mem,
+                    maps,
+                    main.as_deref(),
+                    format!("pid {pid}"),
+                    SystemTime::now(),
+                )
+            }
+            Source::Core { prog, core } => {
+                let dump = CoreDump::open(core).map_err(failed)?;
+                let maps = dump.mappings();
+                let source = format!("core {} of {}", show(core), show(prog));
+                let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.clone());
+                from_memory(&dump, maps, Some(&main), source, dump.mtime)
+            }
+            Source::File(path) => {
+                let data =
+                    std::fs::read(path).map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
+                let what = |e: String| failed(format!("{}: {e}", show(path)));
+                if crate::pprof::is_gzip(&data) || !data.trim_ascii_start().starts_with(b"{") {
+                    crate::pprof::read(&data).map_err(what)
+                } else {
+                    crate::snapjson::read(&data).map_err(what)
+                }
+            }
+        }
+    }
+}
+
+/// Says what to do when reading a process was refused.
+fn denied(what: &str, e: &std::io::Error) -> crate::Fail {
+    if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) {
+        failed(format!(
+            "not allowed to read the memory of {what} ({e}): run dmem as the process's user, \
+             and where /proc/sys/kernel/yama/ptrace_scope is 1 or more, as root or with \
+             CAP_SYS_PTRACE"
+        ))
+    } else if e.raw_os_error() == Some(libc::ESRCH) {
+        failed(format!("{what} is gone"))
+    } else {
+        failed(format!("cannot read the memory of {what}: {e}"))
+    }
+}
+
+/// Walks the lists of a process (running, or in a core) and groups and symbolises its blocks.
+pub fn from_memory(
+    mem: &dyn Memory,
+    maps: Mappings,
+    main: Option<&Path>,
+    source: String,
+    when: SystemTime,
+) -> Result<Snapshot> {
+    let started = Instant::now();
+    let (layout, lib) = heapwalk::locate(mem, &maps).map_err(|e| match e {
+        LocateError::NotLoaded => failed(format!(
+            "{source} has no libdmem.so loaded (no mapped object exports dmem_layout): start the \
+             program with LD_PRELOAD=libdmem.so or 'dmem run'"
+        )),
+        LocateError::Unreadable { lib, why } => failed(format!(
+            "the dmem_layout descriptor of {} in {source} cannot be read: {why}",
+            show(&lib)
+        )),
+        LocateError::Denied(e) => denied(&source, &e),
+    })?;
+    match layout.flags(mem) {
+        Ok(f) if f & FLAG_RECORDING == 0 => {
+            return Err(failed(format!(
+                "{source} runs {} with recording off (no-log-allocs): its blocks have no stacks \
+                 and are on no list",
+                show(&lib)
+            )))
+        }
+        Err(ReadError::Denied(e)) => return Err(denied(&source, &e)),
+        _ => {}
+    }
+    let walk = heapwalk::walk(mem, &layout, WalkOptions::default()).map_err(|d| denied(&source, &d.0))?;
+    let read_ms = started.elapsed().as_millis() as u64;
+    let groups = crate::stacks::group(&walk);
+
+    let mut sym = Symbolizer::new(maps);
+    let mut objects: Vec<Object> = Vec::new();
+    // The executable mapping's start, to its index in `objects`.
+    let mut object_at: HashMap<u64, usize> = HashMap::new();
+    let mut stacks = Vec::with_capacity(groups.len());
+    for g in &groups {
+        let pcs = &walk.stacks[g.stack as usize];
+        let mut frames = Vec::with_capacity(pcs.len());
+        for &pc in pcs.iter() {
+            let object = object_of(&mut sym, pc, &mut objects, &mut object_at);
+            frames.push(Frame {
+                pc,
+                object,
+                lines: lines_of(&sym.frames(pc)),
+            });
+        }
+        stacks.push(Stack {
+            bytes: g.bytes as i64,
+            blocks: g.blocks as i64,
+            tids: g.tids.clone(),
+            frames,
+        });
+    }
+    // pprof wants the main program's mapping first.
+    if let Some(main) = main {
+        if let Some(i) = objects.iter().position(|o| Path::new(&o.path) == main) {
+            let order: Vec<usize> = std::iter::once(i)
+                .chain((0..objects.len()).filter(|&j| j != i))
+                .collect();
+            let mut new_index = vec![0; objects.len()];
+            for (new, &old) in order.iter().enumerate() {
+                new_index[old] = new;
+            }
+            objects = order.iter().map(|&j| objects[j].clone()).collect();
+            for f in stacks.iter_mut().flat_map(|s| s.frames.iter_mut()) {
+                f.object = f.object.map(|j| new_index[j]);
+            }
+        }
+    }
+    let time_nanos = when
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let mut snap = Snapshot {
+        time_nanos,
+        source,
+        objects,
+        stacks,
+        read_ms,
+        inconsistent_lists: walk.inconsistent(),
+    };
+    snap.sort();
+    Ok(snap)
+}
+
+/// The object `pc` lies in, added to `objects` when first seen.
+fn object_of(
+    sym: &mut Symbolizer,
+    pc: u64,
+    objects: &mut Vec<Object>,
+    object_at: &mut HashMap<u64, usize>,
+) -> Option<usize> {
+    let m = sym.mappings().find(pc)?.clone();
+    let path = m.path.as_ref()?;
+    if let Some(&i) = object_at.get(&m.start) {
+        return Some(i);
+    }
+    let build_id = sym
+        .object(path)
+        .and_then(|o| o.elf.build_id_hex())
+        .unwrap_or_default();
+    objects.push(Object {
+        path: path.to_string_lossy().into_owned(),
+        build_id,
+        start: m.start,
+        end: m.end,
+        file_offset: m.offset,
+    });
+    object_at.insert(m.start, objects.len() - 1);
+    Some(objects.len() - 1)
+}
+
+/// The symboliser's frames of one address (inlined first, as pprof wants them) as lines.
+fn lines_of(frames: &[symbolize::Frame]) -> Vec<Line> {
+    if frames.iter().all(|f| f.function.is_none()) {
+        return Vec::new();
+    }
+    frames
+        .iter()
+        .map(|f| Line {
+            function: f.function.clone().unwrap_or_default(),
+            file: f.file.clone().unwrap_or_default(),
+            line: f.line.unwrap_or(0),
+        })
+        .collect()
+}
+
+/// What `dmem snapshot` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Pprof,
+    Json,
+    Folded,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "pprof" => Format::Pprof,
+            "json" => Format::Json,
+            "folded" => Format::Folded,
+            _ => return None,
+        })
+    }
+}
+
+/// Writes `snap` to `output` (`-` for standard output) in `format`.
+pub fn write_to(snap: &Snapshot, output: &Path, format: Format) -> Result<()> {
+    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+        match format {
+            Format::Pprof => crate::pprof::write(snap, &mut *w),
+            Format::Json => crate::snapjson::write(snap, &mut *w),
+            Format::Folded => w.write_all(snap.folded().as_bytes()),
+        }?;
+        w.flush()
+    };
+    let done = if output == Path::new("-") {
+        write(&mut std::io::stdout().lock())
+    } else {
+        let file = std::fs::File::create(output)
+            .map_err(|e| failed(format!("cannot create {}: {e}", show(output))))?;
+        write(&mut std::io::BufWriter::new(file))
+    };
+    match done {
+        Ok(()) => Ok(()),
+        // The reader of standard output went away (`| head`): nothing more to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(failed(format!("cannot write {}: {e}", show(output)))),
+    }
+}
+
+/// `dmem snapshot SOURCE -o FILE`.
+pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32> {
+    let sources = Source::parse_all(words)?;
+    let [source] = sources.as_slice() else {
+        return Err(usage(
+            "takes one source: a PID, or a program and its core (PROG CORE)",
+        ));
+    };
+    if let Source::File(p) = source {
+        return Err(usage(format!(
+            "{} is neither a process id nor a program followed by its core",
+            show(p)
+        )));
+    }
+    let snap = source.take()?;
+    write_to(&snap, output, format)?;
+    if snap.inconsistent_lists > 0 {
+        eprintln!(
+            "dmem snapshot: {} lists changed too fast to be read whole; their blocks are as last read",
+            snap.inconsistent_lists
+        );
+    }
+    if output != Path::new("-") {
+        eprintln!(
+            "dmem snapshot: {} bytes in {} blocks from {} stacks of {} written to {}",
+            snap.live_bytes(),
+            snap.live_blocks(),
+            snap.stacks.len(),
+            snap.source,
+            show(output)
+        );
+    }
+    Ok(0)
 }
