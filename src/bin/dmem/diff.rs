@@ -4,8 +4,14 @@
 //! `Snapshot::stack_key`), so two cores of different runs of a program compare as well as two
 //! moments of one process.
 
-use crate::snapshot::{Snapshot, Stack};
+use crate::snapjson;
+use crate::snapshot::{describe_frames, Format, Snapshot, Source, Stack};
+use crate::{failed, usage, Result};
+use serde::Serialize;
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
 
 /// One stack's change from BASE to NEW.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +151,191 @@ impl Diff {
         let d = self.new_time_nanos - self.base_time_nanos;
         (self.base_time_nanos > 0 && d > 0).then(|| d as f64 / 1e9)
     }
+}
+
+/// How a stack changed, for people and for `class` in JSON.
+fn class(c: &Change) -> &'static str {
+    match (
+        c.stack.blocks == c.delta_blocks && c.stack.bytes == c.delta_bytes,
+        c.stack.blocks == 0,
+    ) {
+        (_, true) => "gone",
+        (true, false) => "new",
+        _ if c.delta_bytes > 0 || (c.delta_bytes == 0 && c.delta_blocks > 0) => "grew",
+        _ => "shrank",
+    }
+}
+
+#[derive(Serialize)]
+struct JsonStack {
+    bytes: i64,
+    blocks: i64,
+    delta_bytes: i64,
+    delta_blocks: i64,
+    rate_bytes_per_min: i64,
+    class: &'static str,
+    frames: Vec<snapjson::JsonFrame>,
+}
+
+#[derive(Serialize)]
+struct JsonDiff {
+    time: f64,
+    base_time: f64,
+    live_bytes: i64,
+    live_blocks: i64,
+    delta_bytes: i64,
+    delta_blocks: i64,
+    read_ms: u64,
+    inconsistent_lists: usize,
+    unchanged_stacks: usize,
+    stacks: Vec<JsonStack>,
+}
+
+/// `dmem diff BASE NEW`.
+pub fn command(
+    words: &[OsString],
+    json: bool,
+    pprof_out: Option<&Path>,
+    limit: Option<usize>,
+) -> Result<i32> {
+    let sources = Source::parse_all(words)?;
+    let [base_src, new_src] = sources.as_slice() else {
+        return Err(usage(format!(
+            "compares two snapshots, BASE and NEW (each a PID, PROG CORE or a snapshot file), but {} {} given",
+            sources.len(),
+            if sources.len() == 1 { "was" } else { "were" }
+        )));
+    };
+    let base = base_src.take()?;
+    let new = new_src.take()?;
+    let d = diff(&base, &new);
+    let minutes = d.seconds().map(|s| s / 60.0);
+    let rate = |c: &Change| minutes.map_or(0, |m| (c.delta_bytes as f64 / m).round() as i64);
+    let mut shown: Vec<&Change> = d.changes.iter().collect();
+    if let Some(n) = limit {
+        // The biggest changes either way, still in order of growth.
+        let mut by_size: Vec<usize> = (0..shown.len()).collect();
+        by_size.sort_by_key(|&i| std::cmp::Reverse(shown[i].delta_bytes.unsigned_abs()));
+        let mut keep: Vec<usize> = by_size.into_iter().take(n).collect();
+        keep.sort_unstable();
+        shown = keep.into_iter().map(|i| shown[i]).collect();
+    }
+    let (delta_bytes, delta_blocks) = (
+        new.live_bytes() - base.live_bytes(),
+        new.live_blocks() - base.live_blocks(),
+    );
+    let out = std::io::stdout();
+    let mut o = out.lock();
+    let written = if json {
+        let doc = JsonDiff {
+            time: snapjson::seconds(new.time_nanos),
+            base_time: snapjson::seconds(base.time_nanos),
+            live_bytes: new.live_bytes(),
+            live_blocks: new.live_blocks(),
+            delta_bytes,
+            delta_blocks,
+            read_ms: base.read_ms + new.read_ms,
+            inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
+            unchanged_stacks: d.unchanged,
+            stacks: shown
+                .iter()
+                .map(|c| JsonStack {
+                    bytes: c.stack.bytes,
+                    blocks: c.stack.blocks,
+                    delta_bytes: c.delta_bytes,
+                    delta_blocks: c.delta_blocks,
+                    rate_bytes_per_min: rate(c),
+                    class: class(c),
+                    frames: snapjson::frames(&d.objects, &c.stack.frames),
+                })
+                .collect(),
+        };
+        serde_json::to_writer(&mut o, &doc)
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(o))
+    } else {
+        let later = match d.seconds() {
+            Some(s) => format!(", {s:.1} s later"),
+            None => String::new(),
+        };
+        let header = format!(
+            "{} -> {}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
+            base.source,
+            new.source,
+            bytes_text(new.live_bytes().max(0) as u64),
+            thousands(new.live_blocks().max(0) as u64),
+            signed(delta_bytes),
+            signed(delta_blocks),
+            d.changes.len(),
+            if d.changes.len() == 1 { "stack" } else { "stacks" },
+            d.unchanged
+        );
+        writeln!(o, "{header}").and_then(|_| {
+            if shown.is_empty() {
+                return Ok(());
+            }
+            writeln!(
+                o,
+                "{:>14} {:>10} {:>14} {:>10} {:>14}  class",
+                "bytes", "blocks", "change", "blocks", "per minute"
+            )?;
+            for c in &shown {
+                writeln!(
+                    o,
+                    "{:>14} {:>10} {:>14} {:>10} {:>14}  {}",
+                    thousands(c.stack.bytes.max(0) as u64),
+                    thousands(c.stack.blocks.max(0) as u64),
+                    signed(c.delta_bytes),
+                    signed(c.delta_blocks),
+                    signed(rate(c)),
+                    class(c)
+                )?;
+                for line in describe_frames(&d.objects, &c.stack.frames) {
+                    writeln!(o, "        {line}")?;
+                }
+            }
+            Ok(())
+        })
+    };
+    if let Err(e) = written.and_then(|_| o.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(failed(format!("cannot write the diff: {e}")));
+        }
+    }
+    drop(o);
+    if let Some(path) = pprof_out {
+        let source = format!("{} minus {}", new.source, base.source);
+        crate::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
+    }
+    Ok(0)
+}
+
+// Stand-ins until `dmem top`'s formatting is merged.
+fn thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn signed(v: i64) -> String {
+    let sign = if v > 0 {
+        "+"
+    } else if v < 0 {
+        "-"
+    } else {
+        ""
+    };
+    format!("{sign}{}", thousands(v.unsigned_abs()))
+}
+
+fn bytes_text(v: u64) -> String {
+    format!("{} bytes", thousands(v))
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ fn dispatch(mut args: Vec<OsString>) -> Outcome {
         "demo" => ("demo", demo::main),
         "install" => ("install", install::main),
         "snapshot" => ("snapshot", snapshot_main),
+        "diff" => ("diff", diff_main),
         "-h" | "--help" | "help" => {
             return match args.first().map(|a| a.to_string_lossy().into_owned()) {
                 None => {
@@ -152,4 +153,24 @@ fn snapshot_main(args: Vec<OsString>) -> Result<i32> {
     }
     let output = output.ok_or_else(|| usage("needs -o FILE"))?;
     snapshot::command(&words, &output, format)
+}
+
+fn diff_main(args: Vec<OsString>) -> Result<i32> {
+    use cli::{Arg, Parser};
+    let mut p = Parser::new(args, &[]);
+    let (mut words, mut json, mut out, mut limit) = (Vec::new(), false, None, None);
+    while let Some(arg) = p.next_arg()? {
+        match arg {
+            Arg::Help => return Ok(0),
+            Arg::Word(w) => words.push(w),
+            Arg::End => words.extend(p.rest()),
+            Arg::Opt(o) => match o.as_str() {
+                "--json" => json = true,
+                "--pprof" => out = Some(std::path::PathBuf::from(p.value(&o, "a file")?)),
+                "--limit" => limit = p.value(&o, "n")?.to_string_lossy().parse().ok(),
+                _ => return Err(cli::unknown_option(&o, "diff")),
+            },
+        }
+    }
+    diff::command(&words, json, out.as_deref(), limit)
 }

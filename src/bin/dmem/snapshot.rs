@@ -478,3 +478,43 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
     }
     Ok(0)
 }
+
+/// A stack's frames for people, one line each, as `dmem top` prints them: inlined functions get
+/// a line of their own, and files are shown by name without their directory.
+pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in frames {
+        let object: Option<std::rc::Rc<Path>> = f
+            .object
+            .and_then(|i| objects.get(i))
+            .map(|o| std::rc::Rc::from(Path::new(&o.path)));
+        let bare = symbolize::Frame {
+            pc: f.pc,
+            function: None,
+            offset: None,
+            file: None,
+            line: None,
+            object,
+            inlined: false,
+        };
+        if f.lines.is_empty() {
+            out.push(bare.describe());
+            continue;
+        }
+        let last = f.lines.len() - 1;
+        for (i, l) in f.lines.iter().enumerate() {
+            let file = Path::new(&l.file).file_name().map(show);
+            out.push(
+                symbolize::Frame {
+                    function: Some(l.function.clone()).filter(|f| !f.is_empty()),
+                    file: file.filter(|_| !l.file.is_empty()),
+                    line: (l.line != 0).then_some(l.line),
+                    inlined: i < last,
+                    ..bare.clone()
+                }
+                .describe(),
+            );
+        }
+    }
+    out
+}
