@@ -3,7 +3,8 @@
  *
  *   grow_steps GROW_BLOCKS GROW_SIZE
  *
- * First it allocates 50 blocks of 32 bytes from hold_steady() and 20 blocks of 100 bytes from
+ * First it allocates 50 blocks of 32 bytes from hold_steady() (through the inlined
+ * steady_block()) and 20 blocks of 100 bytes from
  * hold_shrinking(), prints "ready 1" and waits for a line on stdin. Then it allocates
  * GROW_BLOCKS blocks of GROW_SIZE bytes from grow(), frees 10 of the 100-byte blocks, prints
  * "ready 2" and waits for stdin to close; it exits without freeing anything.
@@ -16,10 +17,17 @@ static void *steady[50];
 static void *shrinking[20];
 static void **grown;
 
+/* Always inlined, so the steady blocks' first return address lies in inlined code: DWARF
+ * names steady_block inlined into hold_steady there. */
+static inline __attribute__((always_inline)) void *steady_block(void)
+{
+    return memset(malloc(32), 1, 32);
+}
+
 __attribute__((noinline)) static void hold_steady(void)
 {
     for (int i = 0; i < 50; i++)
-        steady[i] = memset(malloc(32), 1, 32);
+        steady[i] = steady_block();
 }
 
 __attribute__((noinline)) static void hold_shrinking(void)
