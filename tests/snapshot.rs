@@ -211,6 +211,19 @@ fn the_driver_core_as_a_profile_decodes_with_protobuf() {
     let out = run_ok(dmem().arg("snapshot").arg(&prog).arg(&core).args(["-o", "-"]));
     assert_eq!(out.stdout, std::fs::read(&file).unwrap());
 
+    // Another program with this core is a mistake, said in one line.
+    let out = run(dmem()
+        .arg("snapshot")
+        .arg(fixture("grow_steps"))
+        .arg(&core)
+        .args(["-o", "-"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is not a core of") && err.lines().count() == 1,
+        "{err}"
+    );
+
     // The other formats hold the same snapshot.
     let out = run_ok(
         dmem()

@@ -234,9 +234,9 @@ impl Source {
             }
             Source::Core { prog, core } => {
                 let dump = CoreDump::open(core).map_err(failed)?;
-                let maps = dump.mappings();
-                let source = format!("core {} of {}", show(core), show(prog));
                 let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.clone());
+                let maps = program_in_core(dump.mappings(), &main, core)?;
+                let source = format!("{} (core {})", file_name(prog), show(core));
                 from_memory(&dump, maps, Some(&main), source, dump.mtime)
             }
             Source::File(path) => {
@@ -251,6 +251,42 @@ impl Source {
             }
         }
     }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(show).unwrap_or_else(|| show(p))
+}
+
+/// Checks that `prog` is the program of the core, and has the core's mappings of it read from
+/// `prog` when the path the core recorded is gone (a core taken elsewhere, a program moved since).
+fn program_in_core(mut maps: Mappings, prog: &Path, core: &Path) -> Result<Mappings> {
+    let name = prog.file_name();
+    let same = |p: &Path| p == prog || std::fs::canonicalize(p).is_ok_and(|c| c == prog);
+    if maps.list.iter().any(|m| m.path.as_deref().is_some_and(same)) {
+        return Ok(maps);
+    }
+    let mut found = false;
+    for m in &mut maps.list {
+        if let Some(p) = &m.path {
+            if p.file_name() == name && !p.exists() {
+                m.path = Some(prog.to_path_buf());
+                found = true;
+            }
+        }
+    }
+    if found {
+        return Ok(maps);
+    }
+    let first = maps
+        .files()
+        .first()
+        .map(|p| show(p))
+        .unwrap_or_else(|| "no file at all".into());
+    Err(failed(format!(
+        "{} is not a core of {}: the program it maps first is {first}",
+        show(core),
+        show(prog)
+    )))
 }
 
 /// Says what to do when reading a process was refused.
