@@ -19,11 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// One PT_LOAD segment: `filesz` bytes at `offset` in the core hold the start of the process's
-/// memory at `vaddr..vaddr + memsz`.
+/// memory at `vaddr` (the rest of the segment's memory was left out of the core).
 #[derive(Clone, Copy, Debug)]
 struct Load {
     vaddr: u64,
-    memsz: u64,
     offset: u64,
     filesz: u64,
     /// PF_R, PF_W, PF_X.
@@ -41,7 +40,6 @@ struct FileMapping {
 }
 
 pub struct CoreDump {
-    path: PathBuf,
     data: memmap2::Mmap,
     /// Sorted by address.
     loads: Vec<Load>,
@@ -84,7 +82,6 @@ impl CoreDump {
             match ph.p_type(endian) {
                 PT_LOAD => loads.push(Load {
                     vaddr: ph.p_vaddr(endian),
-                    memsz: ph.p_memsz(endian),
                     offset: ph.p_offset(endian),
                     // A core cut short (a size limit, a full disk) keeps what it has.
                     filesz: ph
@@ -111,17 +108,12 @@ impl CoreDump {
         }
         loads.sort_by_key(|l| l.vaddr);
         Ok(CoreDump {
-            path: path.to_owned(),
             data,
             loads,
             files,
             mtime,
             opened: RefCell::new(HashMap::new()),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The process's file mappings (NT_FILE), with the permissions of the segments that dumped

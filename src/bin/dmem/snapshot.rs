@@ -280,7 +280,7 @@ fn program_in_core(mut maps: Mappings, prog: &Path, core: &Path) -> Result<Mappi
     let first = maps
         .files()
         .first()
-        .map(|p| show(p))
+        .map(show)
         .unwrap_or_else(|| "no file at all".into());
     Err(failed(format!(
         "{} is not a core of {}: the program it maps first is {first}",
