@@ -6,12 +6,14 @@
 
 use crate::snapjson;
 use crate::snapshot::{describe_frames, Format, Snapshot, Source, Stack};
+use crate::top::{bytes_text, clock, signed, thousands};
 use crate::{failed, usage, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// One stack's change from BASE to NEW.
 #[derive(Clone, Debug, PartialEq)]
@@ -258,10 +260,16 @@ pub fn command(
             Some(s) => format!(", {s:.1} s later"),
             None => String::new(),
         };
+        let at = |snap: &Snapshot| match snap.time_nanos {
+            t if t > 0 => format!(" at {}", clock(UNIX_EPOCH + Duration::from_nanos(t as u64))),
+            _ => String::new(),
+        };
         let header = format!(
-            "{} -> {}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
+            "{}{} -> {}{}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
             base.source,
+            at(&base),
             new.source,
+            at(&new),
             bytes_text(new.live_bytes().max(0) as u64),
             thousands(new.live_blocks().max(0) as u64),
             signed(delta_bytes),
@@ -308,34 +316,6 @@ pub fn command(
         crate::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
     }
     Ok(0)
-}
-
-// Stand-ins until `dmem top`'s formatting is merged.
-fn thousands(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn signed(v: i64) -> String {
-    let sign = if v > 0 {
-        "+"
-    } else if v < 0 {
-        "-"
-    } else {
-        ""
-    };
-    format!("{sign}{}", thousands(v.unsigned_abs()))
-}
-
-fn bytes_text(v: u64) -> String {
-    format!("{} bytes", thousands(v))
 }
 
 #[cfg(test)]

@@ -158,7 +158,7 @@ mod tests {
         let obj = ElfObject::open(&me).unwrap();
         assert!(obj.build_id.is_some(), "rustc links a build id");
         let bias = obj.bias(&maps).unwrap();
-        let here = addresses_translate_through_the_segments as usize as u64;
+        let here = addresses_translate_through_the_segments as *const () as u64;
         let m = maps.find(here).unwrap();
         assert_eq!(obj.vaddr_of_offset(here - m.start + m.offset), Some(here - bias));
 
@@ -173,8 +173,7 @@ mod tests {
             .to_path_buf();
         let malloc = dynamic_symbol(&libc, "malloc").expect("malloc in libc's .dynsym");
         let libc_obj = ElfObject::open(&libc).unwrap();
-        // SAFETY: taking the address of a libc function; it is not called.
-        let real = libc::malloc as usize as u64;
+        let real = libc::malloc as *const () as u64;
         assert_eq!(libc_obj.bias(&maps).unwrap() + malloc, real);
     }
 }

@@ -12,8 +12,8 @@
 
 use crate::elf::{self, ElfObject};
 use crate::mappings::Mappings;
-use crate::memory::{Memory, ReadError};
-use std::collections::HashMap;
+use crate::memory::{AddrHash, Memory, ReadError};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 /// "DMEMLAYT" read as a little-endian word.
@@ -28,7 +28,6 @@ const MAX_HEADER: u64 = 4096;
 /// format).
 #[derive(Clone, Debug)]
 pub struct Layout {
-    pub addr: u64,
     pub version: u64,
     pub header_size: u64,
     pub nframes: u64,
@@ -99,7 +98,6 @@ impl Layout {
             (w(24), w(25), Some(w(28)))
         };
         let l = Layout {
-            addr,
             version,
             header_size: w(2),
             nframes: w(3),
@@ -287,10 +285,6 @@ pub struct Walk {
 }
 
 impl Walk {
-    pub fn frames(&self, b: &Block) -> &[u64] {
-        &self.stacks[b.stack as usize]
-    }
-
     /// Lists that no attempt saw whole.
     pub fn inconsistent(&self) -> usize {
         self.lists.iter().filter(|l| !l.consistent).count()
@@ -309,7 +303,7 @@ pub struct WalkOptions {
 
 impl Default for WalkOptions {
     fn default() -> Self {
-        WalkOptions { attempts: 8 }
+        WalkOptions { attempts: 4 }
     }
 }
 
@@ -320,21 +314,31 @@ pub struct Denied(pub std::io::Error);
 /// Walks every list. Only a refusal from the system stops it; bad headers end one attempt.
 pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk, Denied> {
     let mut out = Walk::default();
-    let mut interned: HashMap<Box<[u64]>, u32> = HashMap::new();
-    let mut scratch = ListScratch::default();
+    let mut interned: HashMap<Box<[u64]>, u32, AddrHash> = HashMap::default();
+    let (mut scratch, mut best) = (ListScratch::default(), ListScratch::default());
     for i in 0..layout.nlists {
         let mut read = ListRead::default();
+        best.clear();
         for attempt in 1..=opts.attempts.max(1) {
             read.attempts = attempt;
             scratch.clear();
             let r = read_list(mem, layout, i, &mut scratch)?;
-            read.counters = r.counters;
-            read.problem = r.problem;
-            read.consistent = r.whole;
-            read.blocks = scratch.blocks.len() as u64;
+            // Of attempts that were not whole, the one that read the most blocks is kept: an
+            // attempt is cut short where the list changed under it.
+            if r.whole || attempt == 1 || scratch.blocks.len() > best.blocks.len() {
+                std::mem::swap(&mut scratch, &mut best);
+                read.counters = r.counters;
+                read.problem = r.problem;
+                read.consistent = r.whole;
+                read.blocks = best.blocks.len() as u64;
+            }
             if r.whole {
                 break;
             }
+        }
+        let scratch = &mut best;
+        if !read.consistent {
+            scratch.drop_repeats(layout.nframes as usize);
         }
         for (b, frames) in scratch
             .blocks
@@ -373,6 +377,24 @@ impl ListScratch {
     fn clear(&mut self) {
         self.blocks.clear();
         self.frames.clear();
+    }
+
+    /// Keeps the first of blocks read more than once (by a walk over a list that changed).
+    fn drop_repeats(&mut self, nframes: usize) {
+        let mut seen: HashSet<u64, AddrHash> = HashSet::default();
+        let keep: Vec<bool> = self.blocks.iter().map(|b| seen.insert(b.addr)).collect();
+        if keep.iter().all(|&k| k) {
+            return;
+        }
+        let mut k = keep.iter();
+        self.blocks.retain(|_| *k.next().unwrap_or(&true));
+        let frames = std::mem::take(&mut self.frames);
+        self.frames = frames
+            .chunks(nframes)
+            .zip(&keep)
+            .filter(|(_, &k)| k)
+            .flat_map(|(f, _)| f.iter().copied())
+            .collect();
     }
 }
 
@@ -431,10 +453,7 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
         allocs: word(l.list_off_allocs),
         frees: word(l.list_off_frees),
     };
-    let problem = walk_headers(mem, l, i, word(l.list_off_head), counters.live_blocks, s).map_err(|e| {
-        // Only a refusal gets here; anything else is a problem of this attempt.
-        Denied(e)
-    })?;
+    let walked = walk_headers(mem, l, i, word(l.list_off_head), counters.live_blocks, s).map_err(Denied)?;
     let after = match read_seq() {
         Ok(v) => v,
         Err(e) => match fatal(e) {
@@ -449,13 +468,33 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
     };
     Ok(ListOutcome {
         counters,
-        whole: steady && problem.is_none(),
-        problem,
+        whole: steady && walked.problem.is_none() && !walked.moved,
+        problem: walked.problem,
     })
 }
 
-/// Follows one list from `head`, appending what it finds to `s`. Returns what ended the walk
-/// early, if anything did; an `Err` only when the system refused a read.
+/// How one attempt's walk went.
+struct HeaderWalk {
+    /// What ended it early, if something did.
+    problem: Option<String>,
+    /// A header's back link did not name the header before it: the list changed under the walk
+    /// (a block was unlinked next to where it was). The walk goes on, since the header itself
+    /// is sound, but the attempt does not count as whole.
+    moved: bool,
+}
+
+/// Follows one list from `head`, appending what it finds to `s`. An `Err` only when the system
+/// refused a read.
+///
+/// A header is believed when it is aligned, readable, carries the live magic and names this
+/// list. The back link is checked but only marks the attempt as moved: between reading a
+/// header's next link and reading the next header, a running process may unlink the header it
+/// came from, and the rest of the list is still worth reading. A walk over a list that did not
+/// move cannot meet a header twice (each back link named the header before it); one that moved
+/// may (a block freed and linked again at the head while the walk was past it), so a loop ends
+/// at the step cap, or sooner when it comes back to the head, and the caller drops repeats.
+/// Remembering every header in a set instead would cost a cache miss per block, most of the
+/// walk's time on a large heap.
 fn walk_headers(
     mem: &dyn Memory,
     l: &Layout,
@@ -463,9 +502,7 @@ fn walk_headers(
     head: u64,
     counted: u64,
     s: &mut ListScratch,
-) -> Result<Option<String>, std::io::Error> {
-    // A list is walked at most its counted length plus slack: a list that grew while it was
-    // read is caught by its sequence counter, and a loop made of torn reads ends here.
+) -> Result<HeaderWalk, std::io::Error> {
     let cap = counted.saturating_add(64 + counted / 8).min(1 << 32);
     let size_mask = (1u64 << l.size_bits) - 1;
     let list_mask = if l.size_list_bits >= 64 {
@@ -474,32 +511,50 @@ fn walk_headers(
         (1u64 << l.size_list_bits) - 1
     };
     s.header.resize(l.header_size as usize, 0);
+    let mut walk = HeaderWalk {
+        problem: None,
+        moved: false,
+    };
+    let end = |walk: &mut HeaderWalk, why: String| walk.problem = Some(format!("list {i}: {why}"));
     let (mut h, mut prev, mut steps) = (head, 0u64, 0u64);
     while h != 0 {
         if steps >= cap {
-            return Ok(Some(format!("list {i} is longer than its {counted} blocks")));
+            end(&mut walk, format!("longer than its {counted} blocks"));
+            break;
         }
         // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
         if h % 8 != 0 {
-            return Ok(Some(format!("list {i}: misaligned link {h:#x}")));
+            end(&mut walk, format!("misaligned link {h:#x}"));
+            break;
         }
         match mem.read(h, &mut s.header) {
             Ok(()) => {}
-            Err(ReadError::Unmapped) => return Ok(Some(format!("list {i}: unreadable header {h:#x}"))),
+            Err(ReadError::Unmapped) => {
+                end(&mut walk, format!("unreadable header {h:#x}"));
+                break;
+            }
             Err(ReadError::Denied(e)) => return Err(e),
         }
         let hd = &s.header;
         let u64_at = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
         let u32_at = |off: u64| u32::from_le_bytes(hd[off as usize..off as usize + 4].try_into().unwrap());
         if u32_at(l.off_magic) != l.magic_live {
-            return Ok(Some(format!("list {i}: header {h:#x} is not live")));
-        }
-        if u64_at(l.off_prev) != prev {
-            return Ok(Some(format!("list {i}: header {h:#x} does not link back")));
+            end(&mut walk, format!("header {h:#x} is not live"));
+            break;
         }
         let word = u64_at(l.off_size);
         if (word >> l.size_list_shift) & list_mask != i {
-            return Ok(Some(format!("list {i}: header {h:#x} names another list")));
+            end(&mut walk, format!("header {h:#x} names another list"));
+            break;
+        }
+        // The head's back link is whatever the last link put in front of it since the head
+        // was read; further on it must name the header we came from.
+        if prev != 0 && u64_at(l.off_prev) != prev {
+            walk.moved = true;
+        }
+        if h == head && steps > 0 {
+            end(&mut walk, format!("comes back to header {h:#x}"));
+            break;
         }
         s.blocks.push(Block {
             addr: h + l.header_size,
@@ -513,7 +568,7 @@ fn walk_headers(
         h = u64_at(l.off_next);
         steps += 1;
     }
-    Ok(None)
+    Ok(walk)
 }
 
 #[cfg(test)]
@@ -521,12 +576,14 @@ pub mod tests {
     use super::*;
     use std::cell::RefCell;
 
+    type OnRead = Box<dyn FnMut(&FakeMemory)>;
+
     /// A fake address space: little-endian words at addresses, anything else unmapped.
     #[derive(Default)]
     pub struct FakeMemory {
         pub bytes: RefCell<HashMap<u64, u8>>,
         /// Called before each read: lets a test change memory under the walker.
-        pub on_read: RefCell<Option<Box<dyn FnMut(&FakeMemory)>>>,
+        pub on_read: RefCell<Option<OnRead>>,
     }
 
     impl FakeMemory {
@@ -645,7 +702,10 @@ pub mod tests {
         assert_eq!(w.counters.live_bytes, 600);
         assert_eq!(w.stacks.len(), 2, "two distinct stacks: {:?}", w.stacks);
         let b = w.blocks.iter().find(|b| b.addr == 0x10200 + 112).unwrap();
-        assert_eq!((b.size, b.tid, w.frames(b)), (300, 8, &[0xc][..]));
+        assert_eq!(
+            (b.size, b.tid, &w.stacks[b.stack as usize][..]),
+            (300, 8, &[0xc][..])
+        );
     }
 
     #[test]
@@ -660,11 +720,24 @@ pub mod tests {
         assert_eq!(w.inconsistent(), 1);
         assert_eq!(w.lists[0].attempts, 3);
         assert!(
-            w.lists[0].problem.as_deref().unwrap().contains("link back"),
+            w.lists[0].problem.as_deref().unwrap().contains("comes back"),
             "{:?}",
             w.lists[0]
         );
-        assert_eq!(w.blocks.len(), 2, "the blocks before the bad link are kept");
+        assert_eq!(
+            w.blocks.len(),
+            2,
+            "the blocks before the bad link are kept, once each"
+        );
+        // A back link that names another header (the one before was unlinked while the walk
+        // was past it) does not stop the walk, but the list is not whole.
+        m.put_u64(0x10000, 0);
+        m.put_u64(0x10000 + 8, 0x20000);
+        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        assert_eq!(
+            (w.blocks.len(), w.inconsistent(), w.lists[0].problem.as_deref()),
+            (2, 1, None)
+        );
         // A header whose magic is gone (freed under us) ends the walk there.
         m.put_u64(0x10000, 0);
         m.put(0x10000 + 108, &0xd3e3_f4eeu32.to_le_bytes());

@@ -15,8 +15,10 @@ mod demo;
 mod diff;
 mod elf;
 mod flamegraph;
+mod growth;
 mod heapwalk;
 mod install;
+mod live;
 mod locate;
 mod mappings;
 mod memory;
@@ -28,6 +30,7 @@ mod snapshot;
 mod stacks;
 mod symbolize;
 mod sys;
+mod top;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -59,118 +62,48 @@ pub type Result<T> = std::result::Result<T, Fail>;
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let status = match dispatch(args) {
-        Ok(status) => status,
-        Err((name, fail)) => {
-            // One line, whatever the message held, so scripts and people can rely on it.
-            let msg = fail.msg.replace('\n', " ");
-            match name {
+    let status = match cli::parse(args) {
+        Ok(cli) => {
+            let name = cli.command.name();
+            match dispatch(cli.command) {
+                Ok(status) => status,
+                Err(fail) => {
+                    // One line, whatever the message held, so scripts and people can rely on it.
+                    eprintln!("dmem {name}: {}", fail.msg.replace('\n', " "));
+                    fail.status
+                }
+            }
+        }
+        Err(cli::Early::Print(text, status)) => {
+            print!("{text}");
+            status
+        }
+        Err(cli::Early::Mistake(sub, msg)) => {
+            match sub {
                 Some(cmd) => eprintln!("dmem {cmd}: {msg}"),
                 None => eprintln!("dmem: {msg}"),
             }
-            fail.status
+            2
         }
     };
     std::process::exit(status);
 }
 
-type Outcome = std::result::Result<i32, (Option<&'static str>, Fail)>;
-
-fn dispatch(mut args: Vec<OsString>) -> Outcome {
-    if args.is_empty() {
-        print!("{}", cli::MAIN_HELP);
-        return Ok(2);
-    }
-    let first = args.remove(0);
-    let first = first.to_string_lossy().into_owned();
-    // Each subcommand parses its own arguments, `--help` included: `run` hands everything after
-    // the program's name to the program, so only its parser knows where options end.
-    type Handler = fn(Vec<OsString>) -> Result<i32>;
-    let (name, handler): (&'static str, Handler) = match first.as_str() {
-        "run" => ("run", run::main),
-        "report" => ("report", report::main),
-        "flamegraph" => ("flamegraph", flamegraph::main),
-        "demo" => ("demo", demo::main),
-        "install" => ("install", install::main),
-        "snapshot" => ("snapshot", snapshot_main),
-        "diff" => ("diff", diff_main),
-        "-h" | "--help" | "help" => {
-            return match args.first().map(|a| a.to_string_lossy().into_owned()) {
-                None => {
-                    print!("{}", cli::MAIN_HELP);
-                    Ok(0)
-                }
-                Some(sub) => match cli::help_for(&sub) {
-                    Some(text) => {
-                        print!("{text}");
-                        Ok(0)
-                    }
-                    None => Err((
-                        None,
-                        usage(format!(
-                            "no help for '{sub}': it is not a subcommand; see 'dmem --help'"
-                        )),
-                    )),
-                },
-            };
-        }
-        "-V" | "--version" => {
-            println!("dmem {}", env!("CARGO_PKG_VERSION"));
-            return Ok(0);
-        }
-        other => {
-            return Err((
-                None,
-                usage(format!(
-                    "unknown subcommand '{other}'; the subcommands are run, report, flamegraph, demo and \
-                     install (see 'dmem --help')"
-                )),
-            ))
-        }
-    };
-    handler(args).map_err(|f| (Some(name), f))
-}
-
-fn snapshot_main(args: Vec<OsString>) -> Result<i32> {
-    use cli::{Arg, Parser};
-    let mut p = Parser::new(args, &['o']);
-    let (mut words, mut output, mut format) = (Vec::new(), None, snapshot::Format::Pprof);
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(0),
-            Arg::Word(w) => words.push(w),
-            Arg::End => words.extend(p.rest()),
-            Arg::Opt(o) => match o.as_str() {
-                "-o" | "--output" => output = Some(std::path::PathBuf::from(p.value(&o, "a file")?)),
-                "--format" => {
-                    let f = p.value(&o, "a format")?;
-                    format =
-                        snapshot::Format::parse(&f.to_string_lossy()).ok_or_else(|| usage("bad format"))?;
-                }
-                _ => return Err(cli::unknown_option(&o, "snapshot")),
-            },
+fn dispatch(command: cli::Command) -> Result<i32> {
+    use cli::Command::*;
+    match command {
+        Run(a) => run::main(a),
+        Report(a) => report::main(a),
+        Flamegraph(a) => flamegraph::main(a),
+        Top(a) => top::main(a),
+        Snapshot(a) => snapshot::command(&a.source, &a.output, a.format),
+        Diff(a) => diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
+        Demo(a) => demo::main(a),
+        Install(a) => install::main(a),
+        Completions(a) => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&cli::completions(a.shell));
+            Ok(0)
         }
     }
-    let output = output.ok_or_else(|| usage("needs -o FILE"))?;
-    snapshot::command(&words, &output, format)
-}
-
-fn diff_main(args: Vec<OsString>) -> Result<i32> {
-    use cli::{Arg, Parser};
-    let mut p = Parser::new(args, &[]);
-    let (mut words, mut json, mut out, mut limit) = (Vec::new(), false, None, None);
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(0),
-            Arg::Word(w) => words.push(w),
-            Arg::End => words.extend(p.rest()),
-            Arg::Opt(o) => match o.as_str() {
-                "--json" => json = true,
-                "--pprof" => out = Some(std::path::PathBuf::from(p.value(&o, "a file")?)),
-                "--limit" => limit = p.value(&o, "n")?.to_string_lossy().parse().ok(),
-                _ => return Err(cli::unknown_option(&o, "diff")),
-            },
-        }
-    }
-    diff::command(&words, json, out.as_deref(), limit)
 }

@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn finds_own_mappings() {
         let maps = Mappings::of_process(std::process::id() as i32).unwrap();
-        let here = finds_own_mappings as usize as u64;
+        let here = finds_own_mappings as *const () as u64;
         let m = maps.find(here).expect("this function's own mapping");
         assert!(m.executable);
         let exe = std::env::current_exe().unwrap();

@@ -48,6 +48,34 @@ pub trait Memory {
     }
 }
 
+/// A hasher for addresses: one multiplication. Keys are addresses read by this process, not
+/// chosen by an adversary, and SipHash would cost more than the rest of a header's walk.
+#[derive(Clone, Copy, Default)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Slices of addresses (a stack) come here whole: eight bytes at a time.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing, rotated so that the high bits (which the table's control bytes
+        // use) and the low bits (which pick the bucket) both carry every input bit.
+        self.0 = (v ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+    }
+}
+
+pub type AddrHash = std::hash::BuildHasherDefault<AddrHasher>;
+
 const PAGE: u64 = 4096;
 /// Pages fetched per system call when a read misses. Headers of blocks allocated one after the
 /// other sit close together and a list is walked newest first, so the pages just below the one
@@ -66,19 +94,19 @@ const MAX_PAGES: usize = 16 * 1024;
 /// read, so a batch that runs off the bottom of a mapping still brings the page that was wanted.
 pub struct LiveMemory {
     pid: i32,
-    pages: RefCell<HashMap<u64, Box<[u8]>>>,
+    pages: RefCell<HashMap<u64, Box<[u8]>, AddrHash>>,
+    /// Page buffers of a cache that was emptied, to fill again without asking the allocator
+    /// (and the kernel, for fresh pages) for new ones.
+    spare: RefCell<Vec<Box<[u8]>>>,
 }
 
 impl LiveMemory {
     pub fn new(pid: i32) -> LiveMemory {
         LiveMemory {
             pid,
-            pages: RefCell::new(HashMap::new()),
+            pages: RefCell::new(HashMap::default()),
+            spare: RefCell::new(Vec::new()),
         }
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.pid
     }
 
     /// One `process_vm_readv` of the remote ranges `remote` into `local`: the bytes copied.
@@ -120,30 +148,33 @@ impl LiveMemory {
     /// Brings the page at `page` into the cache, with the pages below it that are readable.
     fn fetch(&self, page: u64) -> Result<(), ReadError> {
         let mut pages = self.pages.borrow_mut();
+        let mut spare = self.spare.borrow_mut();
         if pages.len() >= MAX_PAGES {
-            pages.clear();
+            spare.extend(pages.drain().map(|(_, b)| b));
         }
         let wanted: Vec<u64> = (0..BATCH_PAGES)
             .map_while(|i| page.checked_sub(i * PAGE))
             .filter(|p| *p == page || !pages.contains_key(p))
             .collect();
-        let mut bufs: Vec<Box<[u8]>> = wanted.iter().map(|_| vec![0u8; PAGE as usize].into()).collect();
+        let mut bufs: Vec<Box<[u8]>> = wanted
+            .iter()
+            .map(|_| spare.pop().unwrap_or_else(|| vec![0u8; PAGE as usize].into()))
+            .collect();
         let remote: Vec<(u64, usize)> = wanted.iter().map(|&p| (p, PAGE as usize)).collect();
         let got = {
             let mut local: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
             self.readv(&mut local, &remote)
         };
+        // Whole pages only: the kernel stops at the first page it cannot read.
+        let whole = *got.as_ref().unwrap_or(&0) / PAGE as usize;
+        let mut bufs = bufs.into_iter();
+        for (p, b) in wanted.into_iter().zip(bufs.by_ref()).take(whole) {
+            pages.insert(p, b);
+        }
+        spare.extend(bufs);
         match got {
-            Ok(n) => {
-                let whole = n / PAGE as usize;
-                if whole == 0 {
-                    return Err(ReadError::Unmapped);
-                }
-                for (p, b) in wanted.into_iter().zip(bufs).take(whole) {
-                    pages.insert(p, b);
-                }
-                Ok(())
-            }
+            Ok(_) if whole > 0 => Ok(()),
+            Ok(_) => Err(ReadError::Unmapped),
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(ReadError::Unmapped),
             Err(e) => Err(ReadError::Denied(e)),
         }
@@ -158,9 +189,15 @@ impl Memory for LiveMemory {
             let page = at & !(PAGE - 1);
             let off = (at - page) as usize;
             let n = (PAGE as usize - off).min(buf.len() - done);
-            if !self.pages.borrow().contains_key(&page) {
-                self.fetch(page)?;
+            {
+                let pages = self.pages.borrow();
+                if let Some(src) = pages.get(&page) {
+                    buf[done..done + n].copy_from_slice(&src[off..off + n]);
+                    done += n;
+                    continue;
+                }
             }
+            self.fetch(page)?;
             let pages = self.pages.borrow();
             let src = pages.get(&page).ok_or(ReadError::Unmapped)?;
             buf[done..done + n].copy_from_slice(&src[off..off + n]);
@@ -170,7 +207,8 @@ impl Memory for LiveMemory {
     }
 
     fn forget(&self) {
-        self.pages.borrow_mut().clear();
+        let mut pages = self.pages.borrow_mut();
+        self.spare.borrow_mut().extend(pages.drain().map(|(_, b)| b));
     }
 
     /// One system call of its own, so it is ordered against the reads before and after it

@@ -7,8 +7,8 @@ use crate::cli::show;
 use crate::coredump::CoreDump;
 use crate::elf::{self, Kind};
 use crate::heapwalk::{self, LocateError, WalkOptions, FLAG_RECORDING};
+use crate::live;
 use crate::mappings::Mappings;
-use crate::memory::{LiveMemory, Memory, ReadError};
 use crate::symbolize::{self, Symbolizer};
 use crate::{failed, usage, Result};
 use std::collections::HashMap;
@@ -218,26 +218,25 @@ impl Source {
     pub fn take(&self) -> Result<Snapshot> {
         match self {
             Source::Pid(pid) => {
-                let maps = Mappings::of_process(*pid).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => failed(format!("no process {pid}")),
-                    _ => failed(format!("cannot read the mappings of process {pid}: {e}")),
-                })?;
+                let p = live::open(*pid)?;
                 let main = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-                let mem = LiveMemory::new(*pid);
-                from_memory(
-                    &mem,
-                    maps,
-                    main.as_deref(),
-                    format!("pid {pid}"),
-                    SystemTime::now(),
-                )
+                let when = SystemTime::now();
+                let started = Instant::now();
+                let walk = heapwalk::walk(&p.mem, &p.layout, WalkOptions::default())
+                    .map_err(|d| live::refused(*pid, &d.0))?;
+                let read_ms = started.elapsed().as_millis() as u64;
+                let source = format!("pid {pid} ({})", p.name);
+                Ok(from_walk(&walk, p.maps, main.as_deref(), source, when, read_ms))
             }
             Source::Core { prog, core } => {
                 let dump = CoreDump::open(core).map_err(failed)?;
                 let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.clone());
                 let maps = program_in_core(dump.mappings(), &main, core)?;
                 let source = format!("{} (core {})", file_name(prog), show(core));
-                from_memory(&dump, maps, Some(&main), source, dump.mtime)
+                let started = Instant::now();
+                let walk = walk_core(&dump, &maps, &source)?;
+                let read_ms = started.elapsed().as_millis() as u64;
+                Ok(from_walk(&walk, maps, Some(&main), source, dump.mtime, read_ms))
             }
             Source::File(path) => {
                 let data =
@@ -289,57 +288,43 @@ fn program_in_core(mut maps: Mappings, prog: &Path, core: &Path) -> Result<Mappi
     )))
 }
 
-/// Says what to do when reading a process was refused.
-fn denied(what: &str, e: &std::io::Error) -> crate::Fail {
-    if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) {
-        failed(format!(
-            "not allowed to read the memory of {what} ({e}): run dmem as the process's user, \
-             and where /proc/sys/kernel/yama/ptrace_scope is 1 or more, as root or with \
-             CAP_SYS_PTRACE"
-        ))
-    } else if e.raw_os_error() == Some(libc::ESRCH) {
-        failed(format!("{what} is gone"))
-    } else {
-        failed(format!("cannot read the memory of {what}: {e}"))
-    }
-}
-
-/// Walks the lists of a process (running, or in a core) and groups and symbolises its blocks.
-pub fn from_memory(
-    mem: &dyn Memory,
-    maps: Mappings,
-    main: Option<&Path>,
-    source: String,
-    when: SystemTime,
-) -> Result<Snapshot> {
-    let started = Instant::now();
-    let (layout, lib) = heapwalk::locate(mem, &maps).map_err(|e| match e {
+/// Finds the lists in a core and walks them. A core is never refused, so the only failures are
+/// a core without the library or with it broken.
+fn walk_core(dump: &CoreDump, maps: &Mappings, source: &str) -> Result<heapwalk::Walk> {
+    let (layout, lib) = heapwalk::locate(dump, maps).map_err(|e| match e {
         LocateError::NotLoaded => failed(format!(
-            "{source} has no libdmem.so loaded (no mapped object exports dmem_layout): start the \
-             program with LD_PRELOAD=libdmem.so or 'dmem run'"
+            "{source} has no libdmem.so loaded (no mapped object exports dmem_layout): the program \
+             must run with LD_PRELOAD=libdmem.so (or under 'dmem run') for its cores to hold the lists"
         )),
         LocateError::Unreadable { lib, why } => failed(format!(
             "the dmem_layout descriptor of {} in {source} cannot be read: {why}",
             show(&lib)
         )),
-        LocateError::Denied(e) => denied(&source, &e),
+        LocateError::Denied(e) => failed(format!("cannot read {source}: {e}")),
     })?;
-    match layout.flags(mem) {
-        Ok(f) if f & FLAG_RECORDING == 0 => {
-            return Err(failed(format!(
-                "{source} runs {} with recording off (no-log-allocs): its blocks have no stacks \
-                 and are on no list",
-                show(&lib)
-            )))
-        }
-        Err(ReadError::Denied(e)) => return Err(denied(&source, &e)),
-        _ => {}
+    if layout.flags(dump).is_ok_and(|f| f & FLAG_RECORDING == 0) {
+        return Err(failed(format!(
+            "{source} ran {} with recording off (no-log-allocs): its blocks have no stacks and are \
+             on no list",
+            show(&lib)
+        )));
     }
-    let walk = heapwalk::walk(mem, &layout, WalkOptions::default()).map_err(|d| denied(&source, &d.0))?;
-    let read_ms = started.elapsed().as_millis() as u64;
-    let groups = crate::stacks::group(&walk);
+    heapwalk::walk(dump, &layout, WalkOptions::default())
+        .map_err(|d| failed(format!("cannot read {source}: {}", d.0)))
+}
 
-    let mut sym = Symbolizer::new(maps);
+/// Groups and symbolises the blocks a walk found.
+fn from_walk(
+    walk: &heapwalk::Walk,
+    maps: Mappings,
+    main: Option<&Path>,
+    source: String,
+    when: SystemTime,
+    read_ms: u64,
+) -> Snapshot {
+    let groups = crate::stacks::group(walk);
+
+    let mut sym = Symbolizer::new(maps.clone());
     let mut objects: Vec<Object> = Vec::new();
     // The executable mapping's start, to its index in `objects`.
     let mut object_at: HashMap<u64, usize> = HashMap::new();
@@ -348,7 +333,7 @@ pub fn from_memory(
         let pcs = &walk.stacks[g.stack as usize];
         let mut frames = Vec::with_capacity(pcs.len());
         for &pc in pcs.iter() {
-            let object = object_of(&mut sym, pc, &mut objects, &mut object_at);
+            let object = object_of(&mut sym, &maps, pc, &mut objects, &mut object_at);
             frames.push(Frame {
                 pc,
                 object,
@@ -391,17 +376,18 @@ pub fn from_memory(
         inconsistent_lists: walk.inconsistent(),
     };
     snap.sort();
-    Ok(snap)
+    snap
 }
 
 /// The object `pc` lies in, added to `objects` when first seen.
 fn object_of(
     sym: &mut Symbolizer,
+    maps: &Mappings,
     pc: u64,
     objects: &mut Vec<Object>,
     object_at: &mut HashMap<u64, usize>,
 ) -> Option<usize> {
-    let m = sym.mappings().find(pc)?.clone();
+    let m = maps.find(pc)?;
     let path = m.path.as_ref()?;
     if let Some(&i) = object_at.get(&m.start) {
         return Some(i);
@@ -436,24 +422,7 @@ fn lines_of(frames: &[symbolize::Frame]) -> Vec<Line> {
         .collect()
 }
 
-/// What `dmem snapshot` writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Pprof,
-    Json,
-    Folded,
-}
-
-impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "pprof" => Format::Pprof,
-            "json" => Format::Json,
-            "folded" => Format::Folded,
-            _ => return None,
-        })
-    }
-}
+pub use crate::cli::SnapshotFormat as Format;
 
 /// Writes `snap` to `output` (`-` for standard output) in `format`.
 pub fn write_to(snap: &Snapshot, output: &Path, format: Format) -> Result<()> {
@@ -516,7 +485,7 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
 }
 
 /// A stack's frames for people, one line each, as `dmem top` prints them: inlined functions get
-/// a line of their own, and files are shown by name without their directory.
+/// a line of their own.
 pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
     let mut out = Vec::new();
     for f in frames {
@@ -539,17 +508,13 @@ pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
         }
         let last = f.lines.len() - 1;
         for (i, l) in f.lines.iter().enumerate() {
-            let file = Path::new(&l.file).file_name().map(show);
-            out.push(
-                symbolize::Frame {
-                    function: Some(l.function.clone()).filter(|f| !f.is_empty()),
-                    file: file.filter(|_| !l.file.is_empty()),
-                    line: (l.line != 0).then_some(l.line),
-                    inlined: i < last,
-                    ..bare.clone()
-                }
-                .describe(),
-            );
+            out.push(crate::top::short_frame(&symbolize::Frame {
+                function: Some(l.function.clone()).filter(|f| !f.is_empty()),
+                file: Some(l.file.clone()).filter(|f| !f.is_empty()),
+                line: (l.line != 0).then_some(l.line),
+                inlined: i < last,
+                ..bare.clone()
+            }));
         }
     }
     out

@@ -190,10 +190,6 @@ impl Symbolizer {
         }
     }
 
-    pub fn mappings(&self) -> &Mappings {
-        &self.maps
-    }
-
     /// The object at `path`, opened once.
     pub fn object(&mut self, path: &Path) -> Option<Rc<Object>> {
         self.objects
@@ -246,7 +242,7 @@ mod tests {
         let maps = Mappings::of_process(std::process::id() as i32).unwrap();
         let mut s = Symbolizer::new(maps);
         // Two bytes into the function: as if a call in it returned there.
-        let pc = return_address_here as usize as u64 + 2;
+        let pc = return_address_here as *const () as u64 + 2;
         assert_eq!(return_address_here(), 7);
         let frames = s.frames(pc);
         let last = frames.last().unwrap();
