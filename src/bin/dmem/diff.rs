@@ -187,7 +187,7 @@ struct JsonDiff {
     live_blocks: i64,
     delta_bytes: i64,
     delta_blocks: i64,
-    read_ms: u64,
+    read_ms: f64,
     inconsistent_lists: usize,
     unchanged_stacks: usize,
     stacks: Vec<JsonStack>,
@@ -236,7 +236,7 @@ pub fn command(
             live_blocks: new.live_blocks(),
             delta_bytes,
             delta_blocks,
-            read_ms: base.read_ms + new.read_ms,
+            read_ms: ((base.read_ms + new.read_ms) * 1e3).round() / 1e3,
             inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
             unchanged_stacks: d.unchanged,
             stacks: shown

@@ -17,7 +17,7 @@ struct JsonSnapshot {
     live_bytes: i64,
     live_blocks: i64,
     #[serde(default)]
-    read_ms: u64,
+    read_ms: f64,
     #[serde(default)]
     inconsistent_lists: usize,
     #[serde(default)]

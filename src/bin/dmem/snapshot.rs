@@ -10,6 +10,7 @@ use crate::heapwalk::{self, LocateError, WalkOptions, FLAG_RECORDING};
 use crate::live;
 use crate::mappings::Mappings;
 use crate::symbolize::{self, Symbolizer};
+use crate::top::thousands;
 use crate::{failed, usage, Result};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -80,7 +81,7 @@ pub struct Snapshot {
     /// Biggest first.
     pub stacks: Vec<Stack>,
     /// How long reading the lists took, in milliseconds (0 when read from a file).
-    pub read_ms: u64,
+    pub read_ms: f64,
     /// Lists that could not be read whole (a running process changed them throughout).
     pub inconsistent_lists: usize,
 }
@@ -224,7 +225,7 @@ impl Source {
                 let started = Instant::now();
                 let walk = heapwalk::walk(&p.mem, &p.layout, WalkOptions::default())
                     .map_err(|d| live::refused(*pid, &d.0))?;
-                let read_ms = started.elapsed().as_millis() as u64;
+                let read_ms = millis(started.elapsed());
                 let source = format!("pid {pid} ({})", p.name);
                 Ok(from_walk(&walk, p.maps, main.as_deref(), source, when, read_ms))
             }
@@ -235,7 +236,7 @@ impl Source {
                 let source = format!("{} (core {})", file_name(prog), show(core));
                 let started = Instant::now();
                 let walk = walk_core(&dump, &maps, &source)?;
-                let read_ms = started.elapsed().as_millis() as u64;
+                let read_ms = millis(started.elapsed());
                 Ok(from_walk(&walk, maps, Some(&main), source, dump.mtime, read_ms))
             }
             Source::File(path) => {
@@ -250,6 +251,11 @@ impl Source {
             }
         }
     }
+}
+
+/// Milliseconds to the microsecond, as `dmem top` gives its read times.
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 fn file_name(p: &Path) -> String {
@@ -320,7 +326,7 @@ fn from_walk(
     main: Option<&Path>,
     source: String,
     when: SystemTime,
-    read_ms: u64,
+    read_ms: f64,
 ) -> Snapshot {
     let groups = crate::stacks::group(walk);
 
@@ -472,11 +478,18 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
         );
     }
     if output != Path::new("-") {
+        let plural = |n: i64, one: &str, many: &str| {
+            format!(
+                "{} {}",
+                thousands(n.max(0) as u64),
+                if n == 1 { one } else { many }
+            )
+        };
         eprintln!(
-            "dmem snapshot: {} bytes in {} blocks from {} stacks of {} written to {}",
-            snap.live_bytes(),
-            snap.live_blocks(),
-            snap.stacks.len(),
+            "dmem snapshot: {} in {} from {} of {} written to {}",
+            plural(snap.live_bytes(), "byte", "bytes"),
+            plural(snap.live_blocks(), "block", "blocks"),
+            plural(snap.stacks.len() as i64, "stack", "stacks"),
             snap.source,
             show(output)
         );
