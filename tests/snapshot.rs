@@ -5,6 +5,8 @@
 mod common;
 #[path = "common/elfcore.rs"]
 mod elfcore;
+#[path = "common/gdb.rs"]
+mod gdbrun;
 #[path = "common/run.rs"]
 mod runlimit;
 
@@ -535,4 +537,22 @@ fn bad_sources_get_one_clear_line() {
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn a_core_of_a_program_without_the_library_is_refused() {
+    if !have_gdb() {
+        return;
+    }
+    let dir = scratch_dir("snapshot-plain");
+    let prog = fixture("driver");
+    let core = gdbrun::plain_core(&dir, &prog);
+    let out = run(dmem().arg("snapshot").arg(&prog).arg(&core).args(["-o", "-"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("has no libdmem.so loaded") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing is written on a failure");
 }

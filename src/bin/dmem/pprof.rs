@@ -453,67 +453,9 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
 mod tests {
     use super::*;
 
-    fn sample_snapshot() -> Snapshot {
-        let line = |function: &str, file: &str, line: u32| Line {
-            function: function.into(),
-            file: file.into(),
-            line,
-        };
-        Snapshot {
-            time_nanos: 1_700_000_000_123_456_789,
-            source: "pid 42".into(),
-            objects: vec![
-                Object {
-                    path: "/bin/prog".into(),
-                    build_id: "abcd".into(),
-                    start: 0x1000,
-                    end: 0x2000,
-                    file_offset: 0x1000,
-                },
-                Object {
-                    path: "/lib/libc.so.6".into(),
-                    build_id: String::new(),
-                    start: 0x7000,
-                    end: 0x8000,
-                    file_offset: 0,
-                },
-            ],
-            stacks: vec![
-                Stack {
-                    bytes: 2048,
-                    blocks: 1,
-                    tids: vec![7, 9],
-                    frames: vec![
-                        Frame {
-                            pc: 0x1010,
-                            object: Some(0),
-                            lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
-                        },
-                        Frame {
-                            pc: 0x7010,
-                            object: Some(1),
-                            lines: vec![],
-                        },
-                    ],
-                },
-                Stack {
-                    bytes: -96,
-                    blocks: -3,
-                    tids: vec![7],
-                    frames: vec![Frame {
-                        pc: 0x1010,
-                        object: Some(0),
-                        lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
-                    }],
-                },
-            ],
-            ..Snapshot::default()
-        }
-    }
-
     #[test]
     fn a_snapshot_reads_back_as_written() {
-        let snap = sample_snapshot();
+        let snap = crate::snapshot::tests::sample();
         let mut gz = Vec::new();
         write(&snap, &mut gz).unwrap();
         assert!(is_gzip(&gz));
@@ -526,7 +468,7 @@ mod tests {
 
     #[test]
     fn tables_are_shared_and_the_string_table_starts_empty() {
-        let p = to_profile(&sample_snapshot());
+        let p = to_profile(&crate::snapshot::tests::sample());
         assert_eq!(p.string_table[0], "");
         // Both stacks start at the same address: one location, two functions for its lines.
         assert_eq!(p.location.len(), 2);

@@ -186,7 +186,7 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         });
     }
     let mut snap = Snapshot {
-        time_nanos: (doc.time * 1e9).round() as i64,
+        time_nanos: (doc.time * 1e3).round() as i64 * 1_000_000,
         source: if doc.source.is_empty() {
             "a JSON snapshot".into()
         } else {
@@ -199,4 +199,42 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
     };
     snap.sort();
     Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_reads_back_as_written() {
+        let snap = crate::snapshot::tests::sample();
+        let mut text = Vec::new();
+        write(&snap, &mut text).unwrap();
+        let mut back = read(&text).unwrap();
+        // JSON keeps times to the millisecond.
+        assert_eq!(back.time_nanos, 1_700_000_000_123_000_000);
+        back.time_nanos = snap.time_nanos;
+        let mut want = snap.clone();
+        want.sort();
+        assert_eq!(back, want);
+    }
+
+    #[test]
+    fn inlined_frames_are_listed_as_dmem_top_lists_them() {
+        let snap = crate::snapshot::tests::sample();
+        let f = frames(&snap.objects, &snap.stacks[0].frames);
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v[0]["function"], "inlined");
+        assert_eq!(v[0]["inlined"], true);
+        assert_eq!(
+            (v[1]["function"].as_str(), v[1]["line"].as_u64()),
+            (Some("main"), Some(15))
+        );
+        assert!(v[1].get("inlined").is_none());
+        assert_eq!(
+            (v[2]["pc"].as_str(), &v[2]["function"]),
+            (Some("0x7010"), &serde_json::Value::Null)
+        );
+        assert_eq!(v[2]["object"], "/lib/libc.so.6");
+    }
 }

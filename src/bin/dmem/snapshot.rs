@@ -532,3 +532,72 @@ pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A small snapshot with inlined frames, an unsymbolised one and a negative count.
+    pub fn sample() -> Snapshot {
+        let line = |function: &str, file: &str, line: u32| Line {
+            function: function.into(),
+            file: file.into(),
+            line,
+        };
+        Snapshot {
+            time_nanos: 1_700_000_000_123_456_789,
+            source: "pid 42".into(),
+            objects: vec![
+                Object {
+                    path: "/bin/prog".into(),
+                    build_id: "abcd".into(),
+                    start: 0x1000,
+                    end: 0x2000,
+                    file_offset: 0x1000,
+                },
+                Object {
+                    path: "/lib/libc.so.6".into(),
+                    build_id: String::new(),
+                    start: 0x7000,
+                    end: 0x8000,
+                    file_offset: 0,
+                },
+            ],
+            stacks: vec![
+                Stack {
+                    bytes: 2048,
+                    blocks: 1,
+                    tids: vec![7, 9],
+                    frames: vec![
+                        Frame {
+                            pc: 0x1010,
+                            object: Some(0),
+                            lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
+                        },
+                        Frame {
+                            pc: 0x7010,
+                            object: Some(1),
+                            lines: vec![],
+                        },
+                    ],
+                },
+                Stack {
+                    bytes: -96,
+                    blocks: -3,
+                    tids: vec![7],
+                    frames: vec![Frame {
+                        pc: 0x1010,
+                        object: Some(0),
+                        lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
+                    }],
+                },
+            ],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn folded_stacks_name_every_function_outermost_first() {
+        assert_eq!(sample().folded(), "0x7010;main;inlined 2048\nmain;inlined -96\n");
+    }
+}
