@@ -612,7 +612,7 @@ fn read_header(
     buf: &mut [u8],
 ) -> Result<Result<HeaderFields, String>, std::io::Error> {
     // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
-    if h % 8 != 0 {
+    if !h.is_multiple_of(8) {
         return Ok(Err(format!("misaligned link {h:#x}")));
     }
     match mem.read(h, buf) {
