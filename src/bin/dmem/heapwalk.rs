@@ -453,7 +453,16 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
         allocs: word(l.list_off_allocs),
         frees: word(l.list_off_frees),
     };
-    let walked = walk_headers(mem, l, i, word(l.list_off_head), counters.live_blocks, s).map_err(Denied)?;
+    let walked = walk_headers(
+        mem,
+        l,
+        i,
+        base + l.list_off_head,
+        word(l.list_off_head),
+        counters.live_blocks,
+        s,
+    )
+    .map_err(Denied)?;
     let after = match read_seq() {
         Ok(v) => v,
         Err(e) => match fatal(e) {
@@ -487,88 +496,150 @@ struct HeaderWalk {
 /// refused a read.
 ///
 /// A header is believed when it is aligned, readable, carries the live magic and names this
-/// list. The back link is checked but only marks the attempt as moved: between reading a
-/// header's next link and reading the next header, a running process may unlink the header it
-/// came from, and the rest of the list is still worth reading. A walk over a list that did not
-/// move cannot meet a header twice (each back link named the header before it); one that moved
-/// may (a block freed and linked again at the head while the walk was past it), so a loop ends
-/// at the step cap, or sooner when it comes back to the head, and the caller drops repeats.
-/// Remembering every header in a set instead would cost a cache miss per block, most of the
-/// walk's time on a large heap.
+/// list. A running process changes the list while it is walked, so a header that fails is
+/// read again from the process (what was read may be older than the link that led to it), and
+/// if it still fails (it was freed under the walk), the walk goes on from a fresh read of the
+/// header before it, whose next link now skips the freed one; a bounded number of times per
+/// walk. The back link is checked but only marks the walk as moved.
+///
+/// A walk over a list that did not move cannot meet a header twice (each back link named the
+/// header before it); one that moved may (a block freed and linked again at the head while the
+/// walk was past it), so a loop ends at the step cap, or sooner when it comes back to the head,
+/// and the caller drops repeats. Remembering every header in a set instead would cost a cache
+/// miss per block, most of the walk's time on a large heap.
 fn walk_headers(
     mem: &dyn Memory,
     l: &Layout,
     i: u64,
+    head_addr: u64,
     head: u64,
     counted: u64,
     s: &mut ListScratch,
 ) -> Result<HeaderWalk, std::io::Error> {
     let cap = counted.saturating_add(64 + counted / 8).min(1 << 32);
-    let size_mask = (1u64 << l.size_bits) - 1;
+    let hs = l.header_size;
+    let mut walk = HeaderWalk {
+        problem: None,
+        moved: false,
+    };
+    s.header.resize(hs as usize, 0);
+    let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
+    while h != 0 {
+        if steps >= cap {
+            walk.problem = Some(format!("list {i}: longer than its {counted} blocks"));
+            break;
+        }
+        let mut fields = read_header(mem, l, i, h, &mut s.header)?;
+        if fields.is_err() && recoveries < MAX_RECOVERIES {
+            recoveries += 1;
+            walk.moved = true;
+            mem.forget_range(h, hs);
+            fields = read_header(mem, l, i, h, &mut s.header)?;
+            if fields.is_err() {
+                // Freed under the walk: go on from whatever now follows the header before it
+                // (or from the list's head, if it was the first).
+                let from = match s.blocks.last() {
+                    Some(b) => {
+                        let p = b.addr - hs;
+                        mem.forget_range(p, hs);
+                        match read_header(mem, l, i, p, &mut s.header)? {
+                            Ok(f) => Some(f.next),
+                            Err(_) => None,
+                        }
+                    }
+                    None => mem.u64_fresh(head_addr).ok(),
+                };
+                if let Some(next) = from {
+                    if next != h {
+                        h = next;
+                        continue;
+                    }
+                }
+            }
+        }
+        let f = match fields {
+            Ok(f) => f,
+            Err(why) => {
+                walk.problem = Some(format!("list {i}: {why}"));
+                break;
+            }
+        };
+        // The head's back link is whatever the last link put in front of it since the head
+        // was read; further on it must name the header we came from.
+        if prev != 0 && f.prev != prev {
+            walk.moved = true;
+        }
+        if h == head && steps > 0 {
+            walk.problem = Some(format!("list {i}: comes back to header {h:#x}"));
+            break;
+        }
+        s.blocks.push(Block {
+            addr: h + hs,
+            size: f.size,
+            tid: f.tid,
+            stack: 0,
+        });
+        let hd = &s.header;
+        let word = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
+        s.frames
+            .extend((0..l.nframes).map(|k| word(l.off_frames + 8 * k)));
+        prev = h;
+        h = f.next;
+        steps += 1;
+    }
+    Ok(walk)
+}
+
+/// Headers read again from the process, per walk, when one read from the cache does not hold
+/// up: enough for the frees a busy process makes during a walk, and a bound on the extra reads.
+const MAX_RECOVERIES: u32 = 4096;
+
+/// A header's fields, once it has been found sound.
+struct HeaderFields {
+    next: u64,
+    prev: u64,
+    size: u64,
+    tid: u32,
+}
+
+/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, on list `i`.
+/// The inner `Err` says why it is not believed.
+fn read_header(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    h: u64,
+    buf: &mut [u8],
+) -> Result<Result<HeaderFields, String>, std::io::Error> {
+    // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
+    if !h.is_multiple_of(8) {
+        return Ok(Err(format!("misaligned link {h:#x}")));
+    }
+    match mem.read(h, buf) {
+        Ok(()) => {}
+        Err(ReadError::Unmapped) => return Ok(Err(format!("unreadable header {h:#x}"))),
+        Err(ReadError::Denied(e)) => return Err(e),
+    }
+    let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
+    let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
+    if u32_at(l.off_magic) != l.magic_live {
+        return Ok(Err(format!("header {h:#x} is not live")));
+    }
+    let word = u64_at(l.off_size);
     let list_mask = if l.size_list_bits >= 64 {
         u64::MAX
     } else {
         (1u64 << l.size_list_bits) - 1
     };
-    s.header.resize(l.header_size as usize, 0);
-    let mut walk = HeaderWalk {
-        problem: None,
-        moved: false,
-    };
-    let end = |walk: &mut HeaderWalk, why: String| walk.problem = Some(format!("list {i}: {why}"));
-    let (mut h, mut prev, mut steps) = (head, 0u64, 0u64);
-    while h != 0 {
-        if steps >= cap {
-            end(&mut walk, format!("longer than its {counted} blocks"));
-            break;
-        }
-        // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
-        if h % 8 != 0 {
-            end(&mut walk, format!("misaligned link {h:#x}"));
-            break;
-        }
-        match mem.read(h, &mut s.header) {
-            Ok(()) => {}
-            Err(ReadError::Unmapped) => {
-                end(&mut walk, format!("unreadable header {h:#x}"));
-                break;
-            }
-            Err(ReadError::Denied(e)) => return Err(e),
-        }
-        let hd = &s.header;
-        let u64_at = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
-        let u32_at = |off: u64| u32::from_le_bytes(hd[off as usize..off as usize + 4].try_into().unwrap());
-        if u32_at(l.off_magic) != l.magic_live {
-            end(&mut walk, format!("header {h:#x} is not live"));
-            break;
-        }
-        let word = u64_at(l.off_size);
-        if (word >> l.size_list_shift) & list_mask != i {
-            end(&mut walk, format!("header {h:#x} names another list"));
-            break;
-        }
-        // The head's back link is whatever the last link put in front of it since the head
-        // was read; further on it must name the header we came from.
-        if prev != 0 && u64_at(l.off_prev) != prev {
-            walk.moved = true;
-        }
-        if h == head && steps > 0 {
-            end(&mut walk, format!("comes back to header {h:#x}"));
-            break;
-        }
-        s.blocks.push(Block {
-            addr: h + l.header_size,
-            size: word & size_mask,
-            tid: u32_at(l.off_tid),
-            stack: 0,
-        });
-        s.frames
-            .extend((0..l.nframes).map(|f| u64_at(l.off_frames + 8 * f)));
-        prev = h;
-        h = u64_at(l.off_next);
-        steps += 1;
+    if (word >> l.size_list_shift) & list_mask != i {
+        return Ok(Err(format!("header {h:#x} names another list")));
     }
-    Ok(walk)
+    Ok(Ok(HeaderFields {
+        next: u64_at(l.off_next),
+        prev: u64_at(l.off_prev),
+        size: word & ((1u64 << l.size_bits) - 1),
+        tid: u32_at(l.off_tid),
+    }))
 }
 
 #[cfg(test)]
@@ -744,6 +815,35 @@ pub mod tests {
         let w = walk(&m, &l, WalkOptions::default()).unwrap();
         assert!(w.lists[0].problem.as_deref().unwrap().contains("not live"));
         assert_eq!(w.blocks.len(), 1);
+    }
+
+    /// A block freed between the read of the link to it and the read of it: the walk goes on
+    /// from the header before it, whose link now skips it.
+    #[test]
+    fn a_block_freed_under_the_walk_is_stepped_over() {
+        let m = fake_process();
+        let (a, b, c) = (0x10000, 0x10100, 0x10200);
+        link(&m, 0, c, 300, 7, &[0xc]);
+        link(&m, 0, b, 200, 7, &[0xb]);
+        link(&m, 0, a, 100, 7, &[0xa]);
+        let l = Layout::read(&m, DESC).unwrap();
+        // Reads: the sequence counter, the list, header a, then header b: free b just before.
+        let reads = RefCell::new(0);
+        *m.on_read.borrow_mut() = Some(Box::new(move |m: &FakeMemory| {
+            *reads.borrow_mut() += 1;
+            if *reads.borrow() == 4 {
+                m.put_u64(a, c);
+                m.put_u64(c + 8, a);
+                m.put(b + 108, &0xd3e3_f4eeu32.to_le_bytes());
+                let seq = m.bytes.borrow()[&(LISTS + 40)];
+                m.put_u64(LISTS + 40, seq as u64 + 2);
+            }
+        }));
+        let w = walk(&m, &l, WalkOptions { attempts: 1 }).unwrap();
+        let sizes: Vec<u64> = w.blocks.iter().map(|b| b.size).collect();
+        assert_eq!(sizes, [100, 300], "{:?}", w.lists[0]);
+        assert!(!w.lists[0].consistent, "the list moved");
+        assert_eq!(w.lists[0].problem, None);
     }
 
     #[test]

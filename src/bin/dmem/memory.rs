@@ -35,6 +35,10 @@ pub trait Memory {
         self.read(addr, buf)
     }
 
+    /// Forgets what was remembered of `len` bytes at `addr`, so the next read of them asks the
+    /// process again.
+    fn forget_range(&self, _addr: u64, _len: u64) {}
+
     fn u64_fresh(&self, addr: u64) -> Result<u64, ReadError> {
         let mut b = [0u8; 8];
         self.read_fresh(addr, &mut b)?;
@@ -209,6 +213,16 @@ impl Memory for LiveMemory {
     fn forget(&self) {
         let mut pages = self.pages.borrow_mut();
         self.spare.borrow_mut().extend(pages.drain().map(|(_, b)| b));
+    }
+
+    fn forget_range(&self, addr: u64, len: u64) {
+        let mut pages = self.pages.borrow_mut();
+        let mut spare = self.spare.borrow_mut();
+        let mut page = addr & !(PAGE - 1);
+        while page < addr.saturating_add(len) {
+            spare.extend(pages.remove(&page));
+            page += PAGE;
+        }
     }
 
     /// One system call of its own, so it is ordered against the reads before and after it

@@ -100,6 +100,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
             }
         };
         let groups = stacks::group(&walk);
+
         let read = t0.elapsed();
         let sample = watch.times.len();
         watch.times.push(started.elapsed().as_secs_f64());
