@@ -75,7 +75,7 @@ pub struct Stack {
 pub struct Snapshot {
     /// When it was taken (a core: when the core was written), nanoseconds since the epoch.
     pub time_nanos: i64,
-    /// What it was taken from, for people: "pid 1234", "core ./core.1234 of ./server".
+    /// What it was taken from, for people: "pid 1234 (server)", "server (core ./core.1234)".
     pub source: String,
     pub objects: Vec<Object>,
     /// Biggest first.
