@@ -506,15 +506,7 @@ pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
             .object
             .and_then(|i| objects.get(i))
             .map(|o| std::rc::Rc::from(Path::new(&o.path)));
-        let bare = symbolize::Frame {
-            pc: f.pc,
-            function: None,
-            offset: None,
-            file: None,
-            line: None,
-            object,
-            inlined: false,
-        };
+        let bare = symbolize::Frame::bare(f.pc, object);
         if f.lines.is_empty() {
             out.push(bare.describe());
             continue;

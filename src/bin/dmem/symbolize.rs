@@ -32,7 +32,7 @@ pub struct Frame {
 }
 
 impl Frame {
-    fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
+    pub fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
         Frame {
             pc,
             function: None,
