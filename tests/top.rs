@@ -126,7 +126,9 @@ struct Counters {
 /// One reading of the counters, summed over the lists.
 #[derive(Clone, Copy, Debug)]
 struct Reading {
-    time: f64,
+    /// Unix time just before and just after the copy: the counters are from between the two.
+    started: f64,
+    ended: f64,
     live_blocks: u64,
     live_bytes: u64,
     /// allocs + frees: every link and unlink so far.
@@ -184,9 +186,11 @@ impl Counters {
     }
 
     fn read(&self) -> Reading {
+        let started = unix_now();
         let raw = read_remote(self.pid, self.lists, (self.nlists * self.stride) as usize);
         let mut r = Reading {
-            time: unix_now(),
+            started,
+            ended: unix_now(),
             live_blocks: 0,
             live_bytes: 0,
             changes: 0,
@@ -246,10 +250,10 @@ impl Watcher {
     }
 }
 
-/// The readings taken last before `from` and first after `to`.
+/// The reading taken last wholly before `from` and the first wholly after `to`.
 fn bracket(readings: &[Reading], from: f64, to: f64) -> Option<(Reading, Reading)> {
-    let before = readings.iter().rev().find(|r| r.time < from)?;
-    let after = readings.iter().find(|r| r.time > to)?;
+    let before = readings.iter().rev().find(|r| r.ended < from)?;
+    let after = readings.iter().find(|r| r.started > to)?;
     Some((*before, *after))
 }
 
