@@ -135,6 +135,7 @@ impl CoreDump {
                         path: Some(f.path.clone()),
                         readable: flags & object::elf::PF_R.0 != 0,
                         executable: flags & object::elf::PF_X.0 != 0,
+                        build_id: None,
                     }
                 })
                 .collect(),

@@ -1,12 +1,19 @@
 //! `dmem`, the launcher: runs a program with libdmem.so preloaded, finds the core it leaves, turns
-//! that core into a report or a flame graph through gdb, shows the whole thing on a built-in
-//! example, and installs itself with the library and the gdb script.
+//! that core into a report or a flame graph through gdb, watches a running process's heap
+//! without stopping it, shows the whole thing on a built-in example, and installs itself with
+//! the library and the gdb script.
 //!
 //! It is a separate binary of this package so that none of its dependencies end up in the
-//! preloaded library. One job per module: `cli` parses arguments and holds the help texts,
-//! `locate` finds the library, the script, the example and gdb, `run` starts the program, `corefile`
-//! finds the core it left, `report` drives gdb, `flamegraph` renders folded stacks, `demo` and
-//! `install` are the subcommands of those names, and `sys` holds the few calls into libc.
+//! preloaded library. One job per module: `cli` declares the command line (clap) and folds its
+//! errors into one line, `locate` finds the library, the script, the example and gdb, `run`
+//! starts the program, `corefile` finds the core it left, `report` drives gdb, `flamegraph`
+//! renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
+//! holds the few calls into libc. Reading a heap without gdb: `memory` reads another process's
+//! memory (the `Memory` trait, and `process_vm_readv` for a live one), `mappings` says which
+//! file is mapped where, `elf` reads ELF files (through `object`), `heapwalk` finds the layout
+//! descriptor and walks the lists through any `Memory`, `stacks` groups the blocks by stack,
+//! `symbolize` names their frames (through `addr2line`), `live` opens a running process with
+//! one-line errors, `growth` classifies a stack's series, and `top` is `dmem top`.
 
 mod cli;
 mod coredump;

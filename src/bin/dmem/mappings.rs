@@ -15,6 +15,8 @@ pub struct Mapping {
     /// `r`, `w`, `x` as in `/proc/PID/maps`, when known.
     pub readable: bool,
     pub executable: bool,
+    /// The file's GNU build id in hex, once `fill_build_ids` has looked.
+    pub build_id: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -55,6 +57,20 @@ impl Mappings {
         seen
     }
 
+    /// Reads the build id of every mapped file (each file once) into its mappings: for output
+    /// that names objects by build id (heap profiles' mappings), not needed to symbolise.
+    pub fn fill_build_ids(&mut self) {
+        let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
+        for m in &mut self.list {
+            if let Some(p) = &m.path {
+                m.build_id = ids
+                    .entry(p.clone())
+                    .or_insert_with(|| crate::elf::ElfObject::open(p).ok().and_then(|o| o.build_id_hex()))
+                    .clone();
+            }
+        }
+    }
+
     /// The mappings of one file.
     pub fn of_file<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = &'a Mapping> + 'a {
         self.list.iter().filter(move |m| m.path.as_deref() == Some(path))
@@ -85,6 +101,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
         path,
         readable: perms.first() == Some(&b'r'),
         executable: perms.get(2) == Some(&b'x'),
+        build_id: None,
     })
 }
 
@@ -125,5 +142,17 @@ mod tests {
         assert_eq!(m.path.as_deref(), Some(exe.as_path()));
         assert!(maps.files().contains(&exe.as_path()));
         assert_eq!(maps.find(0), None);
+        let mut maps = maps;
+        maps.fill_build_ids();
+        let id = maps
+            .find(here)
+            .unwrap()
+            .build_id
+            .as_deref()
+            .expect("rustc links a build id");
+        assert!(
+            id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
     }
 }

@@ -330,6 +330,8 @@ fn from_walk(
 ) -> Snapshot {
     let groups = crate::stacks::group(walk);
 
+    let mut maps = maps;
+    maps.fill_build_ids();
     let mut sym = Symbolizer::new(maps.clone());
     let mut objects: Vec<Object> = Vec::new();
     // The executable mapping's start, to its index in `objects`.
@@ -339,7 +341,7 @@ fn from_walk(
         let pcs = &walk.stacks[g.stack as usize];
         let mut frames = Vec::with_capacity(pcs.len());
         for &pc in pcs.iter() {
-            let object = object_of(&mut sym, &maps, pc, &mut objects, &mut object_at);
+            let object = object_of(&maps, pc, &mut objects, &mut object_at);
             frames.push(Frame {
                 pc,
                 object,
@@ -387,7 +389,6 @@ fn from_walk(
 
 /// The object `pc` lies in, added to `objects` when first seen.
 fn object_of(
-    sym: &mut Symbolizer,
     maps: &Mappings,
     pc: u64,
     objects: &mut Vec<Object>,
@@ -398,13 +399,9 @@ fn object_of(
     if let Some(&i) = object_at.get(&m.start) {
         return Some(i);
     }
-    let build_id = sym
-        .object(path)
-        .and_then(|o| o.elf.build_id_hex())
-        .unwrap_or_default();
     objects.push(Object {
         path: path.to_string_lossy().into_owned(),
-        build_id,
+        build_id: m.build_id.clone().unwrap_or_default(),
         start: m.start,
         end: m.end,
         file_offset: m.offset,

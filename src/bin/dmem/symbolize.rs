@@ -235,6 +235,51 @@ mod tests {
         std::hint::black_box(7)
     }
 
+    /// A C++ fixture, mapped (on paper) at an address of our choosing: its function comes out
+    /// demangled, with its source file and line from DWARF.
+    #[test]
+    fn names_a_cpp_function_with_its_line() {
+        let exe = std::path::Path::new(env!("OUT_DIR")).join("fixtures/leak_cxx");
+        let cache = object::read::ReadCache::new(std::fs::File::open(&exe).unwrap());
+        let file = object::File::parse(&cache).unwrap();
+        use object::{Object, ObjectSymbol};
+        let sym = file
+            .symbols()
+            .find(|s| {
+                s.name()
+                    .is_ok_and(|n| n.starts_with("_Z") && n.contains("make_a"))
+            })
+            .expect("make_a's mangled symbol");
+        let base = 0x5555_0000_0000u64;
+        let maps = Mappings::new(vec![crate::mappings::Mapping {
+            start: base,
+            end: base + 0x10_0000,
+            offset: 0,
+            path: Some(exe.clone()),
+            readable: true,
+            executable: true,
+            build_id: None,
+        }]);
+        let mut s = Symbolizer::new(maps);
+        // The fixture's first segment maps file offset 0 at address 0, so the address in the
+        // "process" is the base plus the symbol's value; 4 bytes in, as a return address.
+        let frames = s.frames(base + sym.address() + 4);
+        let f = frames.last().unwrap();
+        let name = f.function.as_deref().unwrap_or("");
+        assert!(name.contains("make_a") && !name.starts_with("_Z"), "{frames:?}");
+        assert!(
+            f.file.as_deref().unwrap_or("").ends_with("leak_cxx.cpp"),
+            "{frames:?}"
+        );
+        assert!(f.line.unwrap_or(0) > 0, "{frames:?}");
+        assert_eq!(f.offset, Some(4), "{frames:?}");
+        assert!(
+            f.describe().starts_with(&format!("{name}+0x4 (")),
+            "{}",
+            f.describe()
+        );
+    }
+
     /// This test binary symbolises itself: the function's Rust name, demangled, from DWARF
     /// (release builds keep line tables) or the symbol table.
     #[test]

@@ -103,7 +103,10 @@ pub fn main(args: TopArgs) -> Result<i32> {
 
         let read = t0.elapsed();
         let sample = watch.times.len();
-        watch.times.push(started.elapsed().as_secs_f64());
+        // The blocks were read over the whole read: date them at its middle.
+        watch
+            .times
+            .push(t0.duration_since(started).as_secs_f64() + read.as_secs_f64() / 2.0);
         for g in &groups {
             let h = watch
                 .stacks
@@ -190,7 +193,10 @@ impl Watch {
     fn rows(&self, limit: usize, key: impl Fn(&History) -> u64) -> Vec<Row> {
         let mut all: Vec<(&Box<[u64]>, &History)> = self.stacks.iter().collect();
         all.sort_by(|a, b| key(b.1).cmp(&key(a.1)).then_with(|| a.0.cmp(b.0)));
-        let elapsed_min = self.times.last().copied().unwrap_or(0.0) / 60.0;
+        let elapsed_min = match (self.times.first(), self.times.last()) {
+            (Some(first), Some(last)) => (last - first) / 60.0,
+            _ => 0.0,
+        };
         all.into_iter()
             .filter(|(_, h)| key(h) > 0)
             .take(limit)
