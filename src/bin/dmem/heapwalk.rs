@@ -9,6 +9,12 @@
 //! from the last attempt are still returned. Every header is checked before it is believed
 //! (magic, back link, list index, alignment, a step cap), so a torn read ends that attempt
 //! instead of leading the walk into a loop or off into the weeds.
+//!
+//! Use: `locate(&mem, &maps)` finds the descriptor through the mapped objects' dynamic symbols,
+//! then `walk(&mem, &layout, WalkOptions::default())` gives the blocks, the distinct stacks they
+//! point into, and how each list was read; `stacks::group` sums them by stack. `mem` is any
+//! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
+//! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
 use crate::elf::{self, ElfObject};
 use crate::mappings::Mappings;
