@@ -6,9 +6,16 @@
 //! read between two loads of its sequence counter (layout version 2): the same even value on
 //! both sides means the list was whole. A list whose counter was odd or moved is read again, a
 //! bounded number of times, and counted as inconsistent if it never came out whole; its blocks
-//! from the last attempt are still returned. Every header is checked before it is believed
-//! (magic, back link, list index, alignment, a step cap), so a torn read ends that attempt
-//! instead of leading the walk into a loop or off into the weeds.
+//! from the attempt that read the most are still returned. Every header is checked before it is
+//! believed (alignment, magic, list index, back link, a step cap), so a torn read is read again
+//! or stepped over (see `walk_headers`) instead of leading the walk into a loop or off into the
+//! weeds.
+//!
+//! Use: `locate(&mem, &maps)` finds the descriptor through the mapped objects' dynamic symbols,
+//! then `walk(&mem, &layout, WalkOptions::default())` gives the blocks, the distinct stacks they
+//! point into, and how each list was read; `stacks::group` sums them by stack. `mem` is any
+//! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
+//! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
 use crate::elf::{self, ElfObject};
 use crate::mappings::Mappings;
