@@ -27,7 +27,8 @@ pub struct Change {
 
 /// The comparison of two snapshots.
 pub struct Diff {
-    /// The objects of NEW, then those of BASE; the stacks' frames index into this list.
+    /// The objects of NEW, then those of BASE that NEW lacks; the stacks' frames index into this
+    /// list.
     pub objects: Vec<crate::snapshot::Object>,
     /// Stacks that changed: most grown in bytes first (then in blocks), shrunk ones at the end.
     pub changes: Vec<Change>,
@@ -38,9 +39,19 @@ pub struct Diff {
 }
 
 pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
+    // BASE's objects are added to NEW's, once: two moments of one process map the same ones.
     let mut objects = new.objects.clone();
-    let shift = objects.len();
-    objects.extend(base.objects.iter().cloned());
+    let base_object: Vec<usize> = base
+        .objects
+        .iter()
+        .map(|o| match objects.iter().position(|n| n == o) {
+            Some(i) => i,
+            None => {
+                objects.push(o.clone());
+                objects.len() - 1
+            }
+        })
+        .collect();
 
     let mut base_by_key: HashMap<Vec<(String, u64)>, &Stack> = HashMap::new();
     for s in &base.stacks {
@@ -96,7 +107,7 @@ pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
         }
         let mut stack = base_by_key[key].clone();
         for f in &mut stack.frames {
-            f.object = f.object.map(|i| i + shift);
+            f.object = f.object.and_then(|i| base_object.get(i).copied());
         }
         stack.bytes = 0;
         stack.blocks = 0;
@@ -376,5 +387,9 @@ mod tests {
         assert_eq!(d.objects[gone.frames[0].object.unwrap()].start, 0x1000);
         let s = d.as_snapshot("x".into());
         assert_eq!(s.live_bytes(), 1000 + 10 - 64 - 300);
+        // Two moments of one process share their objects.
+        let d = diff(&snap(0x1000, &[(4, 64, 1)]), &snap(0x1000, &[(1, 8, 1)]));
+        assert_eq!(d.objects.len(), 1);
+        assert!(d.changes.iter().all(|c| c.stack.frames[0].object == Some(0)));
     }
 }
