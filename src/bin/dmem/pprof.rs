@@ -285,11 +285,8 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
     }
 
     let mut comment = vec![strings.get(&format!("dmem: live heap of {}", snap.source))];
-    if snap.inconsistent_lists > 0 {
-        comment.push(strings.get(&format!(
-            "dmem: {} lists changed too fast to be read whole; their blocks are as last read",
-            snap.inconsistent_lists
-        )));
+    if let Some(note) = snap.inconsistency() {
+        comment.push(strings.get(&format!("dmem: {note}")));
     }
     Profile {
         sample_type: vec![

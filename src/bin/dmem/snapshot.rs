@@ -91,6 +91,16 @@ impl Snapshot {
         self.stacks.iter().map(|s| s.bytes).sum()
     }
 
+    /// What to say when some lists could not be read whole.
+    pub fn inconsistency(&self) -> Option<String> {
+        (self.inconsistent_lists > 0).then(|| {
+            format!(
+                "{} lists changed too fast to be read whole; their blocks are as last read",
+                self.inconsistent_lists
+            )
+        })
+    }
+
     pub fn live_blocks(&self) -> i64 {
         self.stacks.iter().map(|s| s.blocks).sum()
     }
@@ -468,11 +478,8 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
     }
     let snap = source.take()?;
     write_to(&snap, output, format)?;
-    if snap.inconsistent_lists > 0 {
-        eprintln!(
-            "dmem snapshot: {} lists changed too fast to be read whole; their blocks are as last read",
-            snap.inconsistent_lists
-        );
+    if let Some(note) = snap.inconsistency() {
+        eprintln!("dmem snapshot: {note}");
     }
     if output != Path::new("-") {
         let plural = |n: i64, one: &str, many: &str| {
