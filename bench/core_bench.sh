@@ -16,27 +16,12 @@ trap 'rm -rf "$work"' EXIT INT TERM
 
 cd "$root"
 cargo build --release --quiet
-# A private copy, so a rebuild while the benchmark runs cannot mismatch the core.
-cp target/release/libdmem.so "$work/libdmem.so"
-${CC:-cc} $cflags -g -o "$work/$fixture" "c-fixtures/$fixture.c"
+"$root/bench/make_core.sh" "$work" "$fixture" "$cflags" "$count" "$size" core
+core=$work/core
+cd "$work"
 
 now() { date +%s.%N; }
 elapsed() { echo "$1 $2" | awk '{ printf "%.2f", $2 - $1 }'; }
-
-echo "making a core with $count live blocks of $size bytes..."
-cd "$work"
-if head -c1 /proc/sys/kernel/core_pattern | grep -q '|'; then
-    # Cores go to a crash handler here: stop the program at its abort and write one with gcore.
-    gdb -batch -nx -q -ex "set environment LD_PRELOAD=$work/libdmem.so" \
-        -ex "set environment DMEM_OPTS=abort-shutdown" -ex run -ex "gcore $work/core" \
-        -ex kill --args "./$fixture" "$count" "$size" >/dev/null 2>&1
-else
-    (ulimit -c unlimited; DMEM_OPTS=abort-shutdown LD_PRELOAD="$work/libdmem.so" \
-        "./$fixture" "$count" "$size") >/dev/null 2>&1 || true
-fi
-core=$(ls "$work"/core* 2>/dev/null | head -n1)
-[ -n "$core" ] || { echo "no core was written (core_pattern: $(cat /proc/sys/kernel/core_pattern))" >&2; exit 1; }
-echo "core: $(du -m "$core" | cut -f1) MB"
 
 # Once untimed, so every timed run finds the core in the page cache alike.
 gdb -batch -nx -q "./$fixture" "$core" >/dev/null 2>&1

@@ -7,16 +7,9 @@
 #   bench/run.sh --runs 9        more runs per measurement, for a noisy machine
 set -eu
 cd "$(dirname "$0")/.."
-# The build prints where build.rs put the fixtures (its out_dir); the harness takes bench_storm,
-# bench_cxxmap and libheader_floor.so from there.
-out_dir=$(cargo build --release --message-format=json-render-diagnostics |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "build-script-executed" and "/dmem-" in m.get("out_dir", ""):
-        print(m["out_dir"])')
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+# The harness takes bench_storm, bench_cxxmap and libheader_floor.so from the fixtures build.rs
+# made.
+. bench/build_paths.sh
 exec python3 bench/harness.py \
     --lib "$target_dir/release/libdmem.so" \
     --storm "$out_dir/fixtures/bench_storm" \

@@ -443,6 +443,9 @@ fn bad_arguments_get_one_line_naming_the_problem() {
         (&["demo", "--frobnicate"], "unknown option"),
         (&["install", "somewhere"], "--prefix"),
         (&["help", "nothing"], "not a subcommand"),
+        (&["top"], "PID"),
+        (&["top", "1", "--limit", "many"], "many"),
+        (&["completions", "tcsh"], "tcsh"),
     ];
     for (args, expect) in cases {
         let out = run(dmem().args(*args));
@@ -464,7 +467,15 @@ fn bad_arguments_get_one_line_naming_the_problem() {
 
 #[test]
 fn every_subcommand_has_help() {
-    for sub in ["run", "report", "flamegraph", "demo", "install"] {
+    for sub in [
+        "run",
+        "report",
+        "flamegraph",
+        "top",
+        "demo",
+        "install",
+        "completions",
+    ] {
         for args in [vec![sub, "--help"], vec![sub, "-h"], vec!["help", sub]] {
             let out = run(dmem().args(&args));
             assert!(out.status.success(), "{args:?}");
@@ -480,4 +491,15 @@ fn every_subcommand_has_help() {
     // After the program's name, --help is the program's.
     let out = run(dmem().arg("run").arg(fixture("launch_status")).arg("--help"));
     assert_eq!(text(&out.stdout), "launch_status --help \n");
+}
+
+#[test]
+fn completions_cover_every_subcommand() {
+    let out = run(dmem().args(["completions", "bash"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    for sub in ["run", "report", "flamegraph", "top", "demo", "install"] {
+        assert!(script.contains(sub), "no {sub} in the bash completions");
+    }
+    assert!(script.contains("--interval"), "options are completed too");
 }

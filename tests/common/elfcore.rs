@@ -1,26 +1,16 @@
-//! Just enough ELF to read a process's memory out of an x86_64 Linux core file: PT_LOAD
-//! segments, the NT_FILE note (which file is mapped where), NT_PRSTATUS (thread ids), and symbol
-//! tables of the mapped files, to turn a symbol into an address in the process.
+//! What the tests read from ELF files, through the `object` crate (the launcher's ELF reader
+//! too): a core file's PT_LOAD segments, its NT_FILE note (which file is mapped where) and
+//! NT_PRSTATUS notes (thread ids), and symbols of the mapped files, to turn a symbol into an
+//! address in the process.
 #![allow(dead_code)]
 
+use object::elf::{FileHeader64, ProgramHeader64, NT_FILE, NT_PRSTATUS, PT_LOAD, PT_NOTE};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, Object, ObjectSymbol, ObjectSymbolTable};
 use std::path::{Path, PathBuf};
 
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
-pub const SHT_SYMTAB: u32 = 2;
-pub const SHT_DYNSYM: u32 = 11;
-const NT_PRSTATUS: u32 = 1;
-const NT_FILE: u32 = 0x4649_4c45;
-
-fn u16_at(d: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes(d[o..o + 2].try_into().unwrap())
-}
-fn u32_at(d: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(d[o..o + 4].try_into().unwrap())
-}
-fn u64_at(d: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(d[o..o + 8].try_into().unwrap())
-}
+pub const SHT_SYMTAB: u32 = object::elf::SHT_SYMTAB.0;
+pub const SHT_DYNSYM: u32 = object::elf::SHT_DYNSYM.0;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Segment {
@@ -38,32 +28,37 @@ pub struct Elf {
 impl Elf {
     pub fn open(path: &Path) -> Elf {
         let data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        assert!(
-            data.len() > 64 && data[..4] == *b"\x7fELF",
-            "{} is not ELF",
-            path.display()
-        );
-        assert_eq!(data[4], 2, "{} is not a 64-bit ELF", path.display());
-        Elf { data }
+        let elf = Elf { data };
+        elf.header()
+            .unwrap_or_else(|e| panic!("{} is not a 64-bit ELF file: {e}", path.display()));
+        elf
+    }
+
+    fn header(&self) -> object::Result<(&FileHeader64<Endianness>, Endianness)> {
+        let h = FileHeader64::<Endianness>::parse(&*self.data)?;
+        let endian = h.endian()?;
+        Ok((h, endian))
+    }
+
+    pub fn kind(&self) -> u16 {
+        let (h, e) = self.header().expect("parsed in open");
+        h.e_type(e).0
+    }
+
+    fn program_headers(&self) -> (&[ProgramHeader64<Endianness>], Endianness) {
+        let (h, e) = self.header().expect("parsed in open");
+        (h.program_headers(e, &*self.data).expect("program headers"), e)
     }
 
     pub fn segments(&self) -> Vec<Segment> {
-        let d = &self.data;
-        let (off, size, n) = (
-            u64_at(d, 32) as usize,
-            u16_at(d, 54) as usize,
-            u16_at(d, 56) as usize,
-        );
-        (0..n)
-            .map(|i| {
-                let p = off + i * size;
-                Segment {
-                    kind: u32_at(d, p),
-                    offset: u64_at(d, p + 8),
-                    vaddr: u64_at(d, p + 16),
-                    filesz: u64_at(d, p + 32),
-                    memsz: u64_at(d, p + 40),
-                }
+        let (phs, e) = self.program_headers();
+        phs.iter()
+            .map(|p| Segment {
+                kind: p.p_type(e).0,
+                offset: p.p_offset(e),
+                vaddr: p.p_vaddr(e),
+                filesz: p.p_filesz(e),
+                memsz: p.p_memsz(e),
             })
             .collect()
     }
@@ -71,52 +66,40 @@ impl Elf {
     /// `(value, size)` of the first symbol called `name` in the symbol table of type `table`
     /// (`SHT_DYNSYM` or `SHT_SYMTAB`).
     pub fn symbol(&self, table: u32, name: &str) -> Option<(u64, u64)> {
-        let d = &self.data;
-        let (off, size, n) = (
-            u64_at(d, 40) as usize,
-            u16_at(d, 58) as usize,
-            u16_at(d, 60) as usize,
-        );
-        let section = |i: usize| off + i * size;
-        for i in 0..n {
-            let s = section(i);
-            if u32_at(d, s + 4) != table {
-                continue;
-            }
-            let (sym_off, sym_size) = (u64_at(d, s + 24) as usize, u64_at(d, s + 32) as usize);
-            let strtab = section(u32_at(d, s + 40) as usize);
-            let str_off = u64_at(d, strtab + 24) as usize;
-            for sym in (sym_off..sym_off + sym_size).step_by(24) {
-                let name_at = str_off + u32_at(d, sym) as usize;
-                let end = d[name_at..].iter().position(|&b| b == 0)? + name_at;
-                if &d[name_at..end] == name.as_bytes() {
-                    return Some((u64_at(d, sym + 8), u64_at(d, sym + 16)));
-                }
-            }
-        }
-        None
+        let file = object::File::parse(&*self.data).ok()?;
+        let symbols = if table == SHT_DYNSYM {
+            file.dynamic_symbol_table()?
+        } else {
+            file.symbol_table()?
+        };
+        symbols
+            .symbols()
+            .find(|s| s.name_bytes().is_ok_and(|n| n == name.as_bytes()))
+            .map(|s| (s.address(), s.size()))
     }
 
     /// Every note in the PT_NOTE segments: (type, name, descriptor).
     pub fn notes(&self) -> Vec<(u32, String, &[u8])> {
-        let d = &self.data;
-        let mut notes = Vec::new();
-        for seg in self.segments().into_iter().filter(|s| s.kind == PT_NOTE) {
-            let (mut p, end) = (seg.offset as usize, (seg.offset + seg.filesz) as usize);
-            while p + 12 <= end {
-                let (namesz, descsz, kind) =
-                    (u32_at(d, p) as usize, u32_at(d, p + 4) as usize, u32_at(d, p + 8));
-                let name_at = p + 12;
-                let desc_at = name_at + namesz.div_ceil(4) * 4;
-                let name = String::from_utf8_lossy(&d[name_at..name_at + namesz])
-                    .trim_end_matches('\0')
-                    .to_owned();
-                notes.push((kind, name, &d[desc_at..desc_at + descsz]));
-                p = desc_at + descsz.div_ceil(4) * 4;
+        let (phs, e) = self.program_headers();
+        let mut out = Vec::new();
+        for p in phs.iter().filter(|p| p.p_type(e) == PT_NOTE) {
+            let Ok(Some(mut notes)) = p.notes(e, &*self.data) else {
+                continue;
+            };
+            while let Ok(Some(n)) = notes.next() {
+                let name = String::from_utf8_lossy(n.name()).into_owned();
+                out.push((n.n_type(e).0, name, n.desc()));
             }
         }
-        notes
+        out
     }
+}
+
+fn u32_at(d: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(d[o..o + 4].try_into().unwrap())
+}
+fn u64_at(d: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(d[o..o + 8].try_into().unwrap())
 }
 
 /// One file mapping from NT_FILE.
@@ -139,18 +122,29 @@ pub struct Core {
 impl Core {
     pub fn open(path: &Path) -> Core {
         let elf = Elf::open(path);
-        assert_eq!(u16_at(&elf.data, 16), 4, "{} is not a core file", path.display());
-        let loads = elf.segments().into_iter().filter(|s| s.kind == PT_LOAD).collect();
+        assert_eq!(
+            elf.kind(),
+            object::elf::ET_CORE.0,
+            "{} is not a core file",
+            path.display()
+        );
+        let loads = elf
+            .segments()
+            .into_iter()
+            .filter(|s| s.kind == PT_LOAD.0)
+            .collect();
         let mut mappings = Vec::new();
         let mut threads = Vec::new();
         for (kind, name, desc) in elf.notes() {
             if name != "CORE" {
                 continue;
             }
-            if kind == NT_PRSTATUS {
+            if kind == NT_PRSTATUS.0 {
                 // struct elf_prstatus: siginfo (12), cursig (2) + pad, sigpend, sighold, pid.
                 threads.push(u32_at(desc, 32));
-            } else if kind == NT_FILE {
+            } else if kind == NT_FILE.0 {
+                // The note's layout (count, page size, then start/end/page-offset triples and the
+                // names) is the kernel's; `object` hands over the descriptor as bytes.
                 let (count, page) = (u64_at(desc, 0) as usize, u64_at(desc, 8));
                 let mut names = desc[16 + count * 24..].split(|&b| b == 0);
                 for i in 0..count {
@@ -195,21 +189,29 @@ impl Core {
         self.read(addr, 8).map(|b| u64_at(&b, 0))
     }
 
-    /// Where `file` (whose ELF is `elf`) was loaded: what to add to its symbol values. Its first
-    /// PT_LOAD is mapped from the page-rounded file offset of that segment, at the page-rounded
-    /// virtual address plus the bias.
+    /// Where `file` (whose ELF is `elf`) was loaded: what to add to its symbol values.
     pub fn load_bias(&self, file: &Path, elf: &Elf) -> Option<u64> {
         let want = std::fs::canonicalize(file).ok()?;
-        let first = elf
-            .segments()
-            .into_iter()
-            .filter(|s| s.kind == PT_LOAD)
-            .min_by_key(|s| s.vaddr)?;
-        let page = 4096;
-        let m = self.mappings.iter().find(|m| {
-            m.file_offset == first.offset & !(page - 1)
-                && std::fs::canonicalize(&m.path).is_ok_and(|p| p == want)
-        })?;
-        Some(m.start - (first.vaddr & !(page - 1)))
+        let maps: Vec<(u64, u64)> = self
+            .mappings
+            .iter()
+            .filter(|m| std::fs::canonicalize(&m.path).is_ok_and(|p| p == want))
+            .map(|m| (m.start, m.file_offset))
+            .collect();
+        load_bias(elf, &maps)
     }
+}
+
+/// The load bias of an object from where its file was mapped, `(start, file offset)` pairs (a
+/// core's NT_FILE note, a process's /proc/PID/maps): its first PT_LOAD is mapped from the
+/// page-rounded file offset of that segment, at the page-rounded virtual address plus the bias.
+pub fn load_bias(elf: &Elf, maps: &[(u64, u64)]) -> Option<u64> {
+    let first = elf
+        .segments()
+        .into_iter()
+        .filter(|s| s.kind == PT_LOAD.0)
+        .min_by_key(|s| s.vaddr)?;
+    let page = 4096;
+    let (start, _) = maps.iter().find(|(_, off)| *off == first.offset & !(page - 1))?;
+    Some(start - (first.vaddr & !(page - 1)))
 }

@@ -1,231 +1,391 @@
-//! Command-line parsing and the help texts.
-//!
-//! Hand-written rather than built on an argument-parsing crate: there are five subcommands with a
-//! handful of options each, and this keeps the launcher quick to build.
+//! The command line, declared with clap's derive: every subcommand gets the same help layout,
+//! the same errors and shell completions from one declaration per option. Clap's multi-line
+//! errors are folded into the launcher's one-line form (`dmem SUB: what is wrong; see ...`).
 
-use crate::{usage, Result};
-use std::collections::VecDeque;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, Parser, Subcommand};
 use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
 
-pub const MAIN_HELP: &str = "\
-dmem: see what a program's heap holds, and where every block came from, in a core file
+/// The same layout for every help text: usage first, so the first line says how to call it.
+const TEMPLATE: &str = "{usage-heading} {usage}\n\n{about-with-newline}\n{all-args}{after-help}";
 
-Usage:
-  dmem run [-o OPTS] [--core-dir DIR] [--gcore] -- PROG [ARGS...]
-        run PROG with libdmem.so preloaded, pass its exit status through, say where its core is
-  dmem report PROG CORE [SUBCOMMAND [ARGS...]]
-        print what the heap in CORE holds, through gdb (default subcommand: summary)
-  dmem flamegraph PROG CORE -o OUT.svg [--leaks]
-        draw the live bytes of CORE by allocation stack as an SVG flame graph
-  dmem demo [--dir DIR]
-        run the built-in example program and print its leak report
-  dmem install [--prefix DIR]
-        install dmem, libdmem.so and the gdb script under DIR (default ~/.local)
-
+const MAIN_AFTER: &str = "\
 'dmem SUBCOMMAND --help' describes each one. A first try:
   dmem run -o abort-shutdown -- PROG ARGS...   # a core at exit holding every unfreed block
   dmem report PROG core                        # which stacks hold the memory
+  dmem top $(pidof PROG)                       # a running (preloaded) process's heap, live
+  dmem snapshot $(pidof PROG) -o heap.pb.gz    # the heap as a pprof profile, for pprof -http
 
 Environment:
   DMEM_LIB         the libdmem.so to preload instead of the one that came with dmem
   DMEM_GDB_SCRIPT  the gdb script (dmem.py) to use instead of the one that came with dmem
-  DMEM_OPTS        the library's options when -o is not given; DMEM_OPTS=help lists them
-";
+  DMEM_OPTS        the library's options when -o is not given; DMEM_OPTS=help lists them";
 
-pub const RUN_HELP: &str = "\
-Usage: dmem run [-o OPTS] [--core-dir DIR] [--gcore] [--] PROG [ARGS...]
-
-Runs PROG with libdmem.so preloaded (LD_PRELOAD) and the library's options set (DMEM_OPTS), and
-exits with PROG's exit status (128+N when a signal N ended it). Everything after PROG is PROG's.
-
-  -o, --opts OPTS   DMEM_OPTS for the library, comma-separated, e.g. -o abort-shutdown or
-                    -o trace-stderr; repeat -o to add more. Without -o, DMEM_OPTS is inherited.
-                    'abort-shutdown' aborts at exit so a core holds exactly the unfreed blocks:
-                    dmem then raises the core-size limit and says where the core went.
-                    'DMEM_OPTS=help' or '-o help' lists every option.
-  --core-dir DIR    move the core into DIR (created if missing) as core.PROG.PID
-  --gcore           run PROG under gdb and write the core with gdb's gcore when it aborts or
-                    crashes, instead of relying on the kernel. dmem does this by itself when the
-                    kernel's core_pattern pipes cores to a crash handler or the hard core-size
-                    limit is 0.
-  -h, --help        this text
-
-The library is the one next to dmem (or in ../lib when installed), or $DMEM_LIB.
-Then: dmem report PROG CORE
-";
-
-pub const REPORT_HELP: &str = "\
-Usage: dmem report PROG CORE [SUBCOMMAND [ARGS...]]
-       dmem report help [SUBCOMMAND]
-
-Opens CORE (a core file of PROG, which ran with libdmem.so preloaded) in gdb with the dmem script
-and prints only the report of 'dmem SUBCOMMAND ARGS...', without gdb's own messages. The default
-subcommand is summary: live blocks grouped by allocation stack, biggest first. Other
-subcommands include stacks, walk, whatis ADDR, verify, stats and folded FILE; most take --json.
-'dmem report help' lists them all and 'dmem report help SUBCOMMAND' shows one's options.
-
-gdb errors come out as one line with a non-zero exit status.
-
-  -h, --help   this text
-
-The script is the one installed with dmem (share/dmem/dmem.py), or $DMEM_GDB_SCRIPT.
-";
-
-pub const FLAMEGRAPH_HELP: &str = "\
-Usage: dmem flamegraph PROG CORE -o OUT.svg [--leaks] [--title TEXT]
-
-Draws the live bytes in CORE by allocation stack as an interactive SVG flame graph (open it in a
-browser): each box is a function, as wide as the bytes allocated under it.
-
-  -o, --output OUT.svg  where to write the SVG (required)
-  --leaks               draw only leaked blocks (those nothing points to), if the gdb script
-                        can tell them apart
-  --title TEXT          the title at the top (default: what is drawn, and PROG)
-  -h, --help            this text
-";
-
-pub const DEMO_HELP: &str = "\
-Usage: dmem demo [--dir DIR]
-
-Runs the built-in example, the driver program from the original libdmem post (it frees a 512-byte
-block and leaks a 2048-byte one), with abort-shutdown, then prints the report of its core: what
-'dmem run' and 'dmem report' do, on a program that is known to leak.
-
-  --dir DIR   where to run it and keep its core (default: dmem-demo in the temporary directory)
-  -h, --help  this text
-";
-
-pub const INSTALL_HELP: &str = "\
-Usage: dmem install [--prefix DIR]
-
-Copies dmem to DIR/bin, libdmem.so to DIR/lib, the gdb script to DIR/share/dmem, and the example
-program to DIR/share/dmem/examples. Also installs DIR/lib/libdmem.so-gdb.py, which gdb runs by
-itself when it opens a core of a program that had that library preloaded, so the dmem commands
-are there in any gdb session once DIR/lib is in gdb's auto-load safe path.
-
-  --prefix DIR  where to install (default: ~/.local)
-  -h, --help    this text
-";
-
-/// The help text of a subcommand, for `dmem help SUBCOMMAND`.
-pub fn help_for(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "run" => RUN_HELP,
-        "report" => REPORT_HELP,
-        "flamegraph" => FLAMEGRAPH_HELP,
-        "demo" => DEMO_HELP,
-        "install" => INSTALL_HELP,
-        _ => return None,
-    })
+/// dmem: see what a program's heap holds, and where every block came from, in a core file or
+/// in the running process
+#[derive(Parser, Debug)]
+#[command(
+    name = "dmem",
+    version,
+    help_template = TEMPLATE,
+    after_help = MAIN_AFTER,
+    arg_required_else_help = true,
+    subcommand_help_heading = "Subcommands",
+    disable_help_subcommand = false
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-/// One item of a subcommand's command line.
-#[derive(Debug, PartialEq)]
-pub enum Arg {
-    /// `-x`, `--name` (an attached `--name=value` waits in the parser for `value`).
-    Opt(String),
-    /// A word that is not an option.
-    Word(OsString),
-    /// `-h` or `--help`.
-    Help,
-    /// `--`: what follows are words even if they start with a dash.
-    End,
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Run(RunArgs),
+    Report(ReportArgs),
+    Flamegraph(FlamegraphArgs),
+    Top(TopArgs),
+    Snapshot(SnapshotArgs),
+    Diff(DiffArgs),
+    Demo(DemoArgs),
+    Install(InstallArgs),
+    Completions(CompletionsArgs),
 }
 
-/// Walks a subcommand's arguments. Options may come as `--name value`, `--name=value`,
-/// `-o value` or `-ovalue`.
-pub struct Parser {
-    args: VecDeque<OsString>,
-    /// The value attached to the last option with `=` (or after a short option's letter).
-    attached: Option<OsString>,
-    /// Which options take a value: for `-oVALUE`.
-    short_with_value: &'static [char],
-}
-
-impl Parser {
-    pub fn new(args: Vec<OsString>, short_with_value: &'static [char]) -> Parser {
-        Parser {
-            args: args.into(),
-            attached: None,
-            short_with_value,
+impl Command {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::Report(_) => "report",
+            Command::Flamegraph(_) => "flamegraph",
+            Command::Top(_) => "top",
+            Command::Snapshot(_) => "snapshot",
+            Command::Diff(_) => "diff",
+            Command::Demo(_) => "demo",
+            Command::Install(_) => "install",
+            Command::Completions(_) => "completions",
         }
-    }
-
-    pub fn next_arg(&mut self) -> Result<Option<Arg>> {
-        if let Some(v) = self.attached.take() {
-            return Err(usage(format!("unexpected value '{}'", v.to_string_lossy())));
-        }
-        let Some(arg) = self.args.pop_front() else {
-            return Ok(None);
-        };
-        let Some(s) = arg.to_str() else {
-            return Ok(Some(Arg::Word(arg)));
-        };
-        if s == "--" {
-            return Ok(Some(Arg::End));
-        }
-        if s == "-h" || s == "--help" {
-            return Ok(Some(Arg::Help));
-        }
-        if let Some(long) = s.strip_prefix("--") {
-            return Ok(Some(match long.split_once('=') {
-                Some((name, value)) => {
-                    self.attached = Some(value.into());
-                    Arg::Opt(format!("--{name}"))
-                }
-                None => Arg::Opt(s.to_owned()),
-            }));
-        }
-        if s.len() > 1 && s.starts_with('-') {
-            let mut chars = s[1..].chars();
-            let letter = chars.next().unwrap_or('-');
-            let rest = chars.as_str();
-            if !rest.is_empty() && self.short_with_value.contains(&letter) {
-                self.attached = Some(rest.into());
-                return Ok(Some(Arg::Opt(format!("-{letter}"))));
-            }
-            return Ok(Some(Arg::Opt(s.to_owned())));
-        }
-        Ok(Some(Arg::Word(arg)))
-    }
-
-    /// The value of option `opt` just returned by `next_arg`.
-    pub fn value(&mut self, opt: &str, what: &str) -> Result<OsString> {
-        if let Some(v) = self.attached.take() {
-            return Ok(v);
-        }
-        match self.args.pop_front() {
-            Some(v) => Ok(v),
-            None => Err(usage(format!("{opt} needs {what} after it"))),
-        }
-    }
-
-    /// Says the option just returned takes no value, if it was given one with `=`.
-    pub fn no_value(&mut self, opt: &str) -> Result<()> {
-        match self.attached.take() {
-            Some(v) => Err(usage(format!(
-                "{opt} takes no value, but was given '{}'",
-                v.to_string_lossy()
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// Everything not yet parsed (after `--`, or after the program's name).
-    pub fn rest(&mut self) -> Vec<OsString> {
-        self.args.drain(..).collect()
     }
 }
 
-/// The error for an option a subcommand does not have.
-pub fn unknown_option(opt: &str, cmd: &str) -> crate::Fail {
-    usage(format!("unknown option '{opt}'; see 'dmem {cmd} --help'"))
+/// Run PROG with libdmem.so preloaded, pass its exit status through, say where its core is
+///
+/// Runs PROG with libdmem.so preloaded (LD_PRELOAD) and the library's options set (DMEM_OPTS),
+/// and exits with PROG's exit status (128+N when a signal N ended it). Everything after PROG is
+/// PROG's, options included.
+///
+/// The library is the one next to dmem (or in ../lib when installed), or $DMEM_LIB.
+/// Then: dmem report PROG CORE
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct RunArgs {
+    /// DMEM_OPTS for the library, comma-separated, e.g. -o abort-shutdown or -o trace-stderr;
+    /// repeat -o to add more. Without -o, DMEM_OPTS is inherited. 'abort-shutdown' aborts at
+    /// exit so a core holds exactly the unfreed blocks: dmem then raises the core-size limit and
+    /// says where the core went. '-o help' lists every option.
+    #[arg(short = 'o', long = "opts", value_name = "OPTS")]
+    pub opts: Vec<String>,
+    /// Move the core into DIR (created if missing) as core.PROG.PID
+    #[arg(long, value_name = "DIR")]
+    pub core_dir: Option<PathBuf>,
+    /// Run PROG under gdb and write the core with gdb's gcore when it aborts or crashes, instead
+    /// of relying on the kernel. dmem does this by itself when the kernel's core_pattern pipes
+    /// cores to a crash handler or the hard core-size limit is 0.
+    #[arg(long)]
+    pub gcore: bool,
+    /// The program and its arguments
+    #[arg(value_name = "PROG", trailing_var_arg = true)]
+    pub command: Vec<OsString>,
 }
 
-/// Prints a help text; the exit status of `--help`.
-pub fn print_help(text: &str) -> i32 {
-    print!("{text}");
-    0
+/// Print what the heap in a core holds, through gdb (default: summary)
+///
+/// Opens CORE (a core file of PROG, which ran with libdmem.so preloaded) in gdb with the dmem
+/// script and prints only the report of 'dmem SUBCOMMAND ARGS...', without gdb's own messages.
+/// The default subcommand is summary: live blocks grouped by allocation stack, biggest first.
+/// Other subcommands include stacks, walk, whatis ADDR, verify, stats and folded FILE; most take
+/// --json. 'dmem report help' lists them all and 'dmem report help SUBCOMMAND' shows one's
+/// options. gdb errors come out as one line with a non-zero exit status.
+///
+/// The script is the one installed with dmem (share/dmem/dmem.py), or $DMEM_GDB_SCRIPT.
+#[derive(Args, Debug)]
+#[command(
+    help_template = TEMPLATE,
+    override_usage = "dmem report PROG CORE [SUBCOMMAND [ARGS...]]\n       dmem report help [SUBCOMMAND]"
+)]
+pub struct ReportArgs {
+    /// The program (or 'help'), the core, then the gdb script's subcommand and its arguments
+    #[arg(
+        value_name = "PROG CORE [SUBCOMMAND]",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub words: Vec<OsString>,
+}
+
+/// Draw the live bytes of a core by allocation stack as an SVG flame graph
+///
+/// Draws the live bytes in CORE by allocation stack as an interactive SVG flame graph (open it
+/// in a browser): each box is a function, as wide as the bytes allocated under it.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct FlamegraphArgs {
+    /// The program, then its core
+    #[arg(value_name = "PROG CORE")]
+    pub words: Vec<OsString>,
+    /// Where to write the SVG (required)
+    #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
+    pub output: Option<PathBuf>,
+    /// Draw only leaked blocks (those nothing points to), if the gdb script can tell them apart
+    #[arg(long)]
+    pub leaks: bool,
+    /// The title at the top (default: what is drawn, and PROG)
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+}
+
+/// Watch a running process's heap by allocation stack, without stopping it
+///
+/// Every INTERVAL seconds, reads the live-block lists of process PID (which must run with
+/// libdmem.so preloaded) straight from its memory, without stopping it (no ptrace attach:
+/// process_vm_readv, the same permission gdb needs), and prints the stacks holding the most
+/// bytes: their live bytes and blocks, the change since the first sample, the rate per minute
+/// and a growth class decided from all samples so far: steady (no net growth), levelling (grows
+/// ever slower, like a cache filling), linear, accelerating. Ctrl-C prints a summary.
+///
+/// The header line gives the totals, how long the read took and how many of the lists changed
+/// too fast to be read whole (their blocks are counted as read).
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct TopArgs {
+    /// The process to watch
+    #[arg(value_name = "PID", value_parser = parse_pid)]
+    pub pid: i32,
+    /// Seconds between samples; fractions allowed
+    #[arg(short = 'i', long, value_name = "SECS", default_value = "5", value_parser = parse_interval)]
+    pub interval: f64,
+    /// How many stacks to show per sample
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 10)]
+    pub limit: usize,
+    /// Stop after N samples (default: until Ctrl-C or the process ends)
+    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// One JSON object per sample, one per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Write the live heap of a process or a core as a pprof profile (or JSON, or folded stacks)
+///
+/// Reads the live-block lists of process PID without stopping it (as 'dmem top' does), or of
+/// CORE, a core file of PROG, straight from the core (no gdb), groups the blocks by allocation
+/// stack, symbolises the frames and writes the snapshot. A pprof profile is gzipped
+/// profile.proto with the sample types inuse_objects/count and inuse_space/bytes (the default),
+/// one sample per stack labelled with the allocating threads' ids (thread_id), functions, files
+/// and lines (inlined functions too), and the mapped objects with their build ids. Open it with
+/// 'pprof -http=: FILE' or in speedscope.
+#[derive(Args, Debug)]
+#[command(
+    help_template = TEMPLATE,
+    override_usage = "dmem snapshot PID -o FILE [--format FORMAT]\n       dmem snapshot PROG CORE -o FILE [--format FORMAT]"
+)]
+pub struct SnapshotArgs {
+    /// A process id, or a program and its core
+    #[arg(value_name = "PID | PROG CORE", required = true)]
+    pub source: Vec<OsString>,
+    /// Where to write the snapshot; '-' for standard output
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub output: PathBuf,
+    /// pprof: a gzipped profile; json: the shape of a 'dmem top --json' sample, with threads and
+    /// objects; folded: 'outer;...;inner bytes' lines for flame-graph tools
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "pprof")]
+    pub format: SnapshotFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotFormat {
+    Pprof,
+    Json,
+    Folded,
+}
+
+/// Compare two snapshots: which allocation stacks grew, by how much, and which shrank
+///
+/// BASE and NEW are each a process id (read now), a program and its core (PROG CORE), or a
+/// snapshot file written earlier by 'dmem snapshot' (pprof or json). Prints the totals, then
+/// every stack that changed, the most grown first and the shrunk ones last: its bytes and
+/// blocks in NEW, the change in bytes and in blocks, the rate per minute between the two
+/// snapshots' times, and new, grew, shrank or gone. Stacks are matched by their frames as
+/// offsets in their objects, so cores of two runs of a program compare too.
+#[derive(Args, Debug)]
+#[command(
+    help_template = TEMPLATE,
+    override_usage = "dmem diff BASE NEW [--json] [--pprof OUT] [--limit N]\n       (BASE and NEW: PID, PROG CORE or FILE)"
+)]
+pub struct DiffArgs {
+    /// BASE, then NEW
+    #[arg(value_name = "BASE NEW", required = true)]
+    pub sources: Vec<OsString>,
+    /// Print one JSON object, in the shape of a 'dmem top --json' sample
+    #[arg(long)]
+    pub json: bool,
+    /// Also write NEW - BASE as a pprof profile (values may be negative, as with
+    /// 'pprof -diff_base')
+    #[arg(long, value_name = "OUT")]
+    pub pprof: Option<PathBuf>,
+    /// Show only the N biggest changes, growth or shrinkage
+    #[arg(short = 'n', long, value_name = "N")]
+    pub limit: Option<usize>,
+}
+
+/// Run the built-in example program and print its leak report
+///
+/// Runs the built-in example, the driver program from the original libdmem post (it frees a
+/// 512-byte block and leaks a 2048-byte one), with abort-shutdown, then prints the report of its
+/// core: what 'dmem run' and 'dmem report' do, on a program that is known to leak.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct DemoArgs {
+    /// Where to run it and keep its core (default: dmem-demo in the temporary directory)
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[arg(hide = true)]
+    pub unexpected: Option<OsString>,
+}
+
+/// Install dmem, libdmem.so and the gdb script under a prefix (default ~/.local)
+///
+/// Copies dmem to DIR/bin, libdmem.so to DIR/lib, the gdb script to DIR/share/dmem, and the
+/// example program to DIR/share/dmem/examples. Also installs DIR/lib/libdmem.so-gdb.py, which
+/// gdb runs by itself when it opens a core of a program that had that library preloaded, so the
+/// dmem commands are there in any gdb session once DIR/lib is in gdb's auto-load safe path.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct InstallArgs {
+    /// Where to install (default: ~/.local)
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    #[arg(hide = true)]
+    pub unexpected: Option<OsString>,
+}
+
+/// Print a shell completion script for dmem
+///
+/// For bash: dmem completions bash > ~/.local/share/bash-completion/completions/dmem
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+fn parse_pid(s: &str) -> Result<i32, String> {
+    match s.parse::<i32>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err("a process id is a positive number, e.g. $(pidof PROG)".into()),
+    }
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.01..=86400.0).contains(&v) => Ok(v),
+        _ => Err("the interval is seconds between 0.01 and 86400, e.g. 5 or 0.5".into()),
+    }
+}
+
+/// The subcommands, for messages.
+const SUBCOMMANDS: &str = "run, report, flamegraph, top, snapshot, diff, demo, install and completions";
+
+/// Parses the command line. On a mistake, or when help or the version was asked for, gives what
+/// to print, where, and the exit status instead.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, Early> {
+    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut full = vec![OsString::from("dmem")];
+    full.extend(args);
+    Cli::try_parse_from(full).map_err(|e| early(e, &words))
+}
+
+/// What happens instead of a subcommand.
+pub enum Early {
+    /// Help or version text for stdout, and the exit status.
+    Print(String, i32),
+    /// A one-line mistake, the subcommand it concerns, for stderr with status 2.
+    Mistake(Option<String>, String),
+}
+
+fn early(e: clap::Error, words: &[String]) -> Early {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => return Early::Print(e.render().to_string(), 0),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            return Early::Print(e.render().to_string(), 2)
+        }
+        _ => {}
+    }
+    let sub = words
+        .iter()
+        .find(|w| !w.starts_with('-'))
+        .filter(|w| SUBCOMMANDS.split([',', ' ']).any(|s| s == w.as_str()) && *w != "and")
+        .cloned();
+    let context = |k: ContextKind| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    let see = match &sub {
+        Some(s) if s != "help" => format!("see 'dmem {s} --help'"),
+        _ => "see 'dmem --help'".to_owned(),
+    };
+    let msg = match e.kind() {
+        ErrorKind::InvalidSubcommand if words.first().is_some_and(|w| w == "help") => {
+            let what = context(ContextKind::InvalidSubcommand).unwrap_or_default();
+            format!("no help for '{what}': it is not a subcommand; see 'dmem --help'")
+        }
+        ErrorKind::InvalidSubcommand => {
+            let what = context(ContextKind::InvalidSubcommand).unwrap_or_default();
+            format!("unknown subcommand '{what}'; the subcommands are {SUBCOMMANDS} ({see})")
+        }
+        ErrorKind::MissingRequiredArgument => {
+            let what = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(v)) => v.join(" "),
+                _ => "an argument".to_owned(),
+            };
+            format!("needs {what}; {see}")
+        }
+        ErrorKind::InvalidValue if matches!(e.get(ContextKind::InvalidValue), Some(ContextValue::String(v)) if v.is_empty()) =>
+        {
+            // A value-taking option at the end of the line: name it as the user spelled it.
+            let typed = words.iter().rev().find(|w| w.starts_with('-')).cloned();
+            let what = typed
+                .or_else(|| context(ContextKind::InvalidArg))
+                .unwrap_or_default();
+            format!("{what} needs a value after it; {see}")
+        }
+        ErrorKind::UnknownArgument => {
+            let what = context(ContextKind::InvalidArg).unwrap_or_default();
+            format!("unknown option '{what}'; {see}")
+        }
+        _ => {
+            // Clap's own first line, without its "error: " and its styling.
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_owned();
+            format!("{first}; {see}")
+        }
+    };
+    Early::Mistake(sub, msg)
+}
+
+/// The completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "dmem", &mut out);
+    out
 }
 
 /// A path for messages: lossy, but readable.
@@ -237,36 +397,50 @@ pub fn show(p: impl AsRef<OsStr>) -> String {
 mod tests {
     use super::*;
 
-    fn parse(words: &[&str]) -> Vec<Arg> {
-        let mut p = Parser::new(words.iter().map(OsString::from).collect(), &['o']);
-        let mut out = Vec::new();
-        while let Some(a) = p.next_arg().unwrap() {
-            let is_o = a == Arg::Opt("-o".into()) || a == Arg::Opt("--opts".into());
-            out.push(a);
-            if is_o {
-                out.push(Arg::Word(p.value("-o", "options").unwrap()));
+    fn parse_words(words: &[&str]) -> Result<Cli, Early> {
+        parse(words.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn the_declaration_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_everything_after_the_program() {
+        let Ok(Cli {
+            command: Command::Run(r),
+        }) = parse_words(&["run", "-oa,b", "--opts=c", "prog", "--help", "-o", "x"])
+        else {
+            panic!("run did not parse");
+        };
+        assert_eq!(r.opts, ["a,b", "c"]);
+        assert_eq!(r.command, ["prog", "--help", "-o", "x"]);
+    }
+
+    #[test]
+    fn top_options_and_their_mistakes() {
+        let Ok(Cli {
+            command: Command::Top(t),
+        }) = parse_words(&["top", "42", "--interval", "0.5", "--count", "3", "--json"])
+        else {
+            panic!("top did not parse");
+        };
+        assert_eq!(
+            (t.pid, t.interval, t.limit, t.count, t.json),
+            (42, 0.5, 10, Some(3), true)
+        );
+        for bad in [
+            &["top", "x"][..],
+            &["top", "1", "--interval", "0"],
+            &["top", "1", "--count", "0"],
+        ] {
+            match parse_words(bad) {
+                Err(Early::Mistake(Some(sub), msg)) if sub == "top" => {
+                    assert!(!msg.contains('\n'), "{msg}")
+                }
+                _ => panic!("{bad:?} was accepted"),
             }
         }
-        out
-    }
-
-    #[test]
-    fn options_in_every_spelling() {
-        let w = |s: &str| Arg::Word(s.into());
-        let o = |s: &str| Arg::Opt(s.into());
-        assert_eq!(parse(&["-o", "a,b"]), vec![o("-o"), w("a,b")]);
-        assert_eq!(parse(&["-oa,b"]), vec![o("-o"), w("a,b")]);
-        assert_eq!(parse(&["--opts=a"]), vec![o("--opts"), w("a")]);
-        assert_eq!(
-            parse(&["--help", "-", "--", "-x"]),
-            vec![Arg::Help, w("-"), Arg::End, o("-x")]
-        );
-    }
-
-    #[test]
-    fn a_value_where_none_is_taken_is_an_error() {
-        let mut p = Parser::new(vec!["--leaks=yes".into()], &[]);
-        assert_eq!(p.next_arg().unwrap(), Some(Arg::Opt("--leaks".into())));
-        assert!(p.no_value("--leaks").is_err());
     }
 }

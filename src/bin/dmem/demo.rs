@@ -1,30 +1,19 @@
 //! `dmem demo`: `dmem run` and `dmem report` on the example program, shown as the commands a
 //! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
 
-use crate::cli::{self, show, Arg, Parser};
+use crate::cli::{self, show};
 use crate::report::{self, Sink};
 use crate::run::{self, Spec};
 use crate::{failed, locate, usage, Result};
-use std::ffi::OsString;
-use std::path::PathBuf;
 
-pub fn main(args: Vec<OsString>) -> Result<i32> {
-    let mut dir: Option<PathBuf> = None;
-    let mut p = Parser::new(args, &[]);
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(cli::print_help(cli::DEMO_HELP)),
-            Arg::Opt(o) if o == "--dir" => dir = Some(p.value(&o, "a directory")?.into()),
-            Arg::Opt(o) => return Err(cli::unknown_option(&o, "demo")),
-            Arg::Word(w) => {
-                return Err(usage(format!(
-                    "unexpected '{}'; see 'dmem demo --help'",
-                    show(&w)
-                )))
-            }
-            Arg::End => {}
-        }
+pub fn main(args: cli::DemoArgs) -> Result<i32> {
+    if let Some(w) = args.unexpected {
+        return Err(usage(format!(
+            "unexpected '{}'; see 'dmem demo --help'",
+            show(&w)
+        )));
     }
+    let dir = args.dir;
     // One fixed place by default, so running the demo again replaces its core instead of adding
     // another.
     let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("dmem-demo"));

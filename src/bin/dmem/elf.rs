@@ -1,8 +1,17 @@
-//! Just enough ELF to tell a core file from a program, and a program LD_PRELOAD can reach from
-//! one it cannot, so mistakes are caught with a clear message before gdb or the program runs.
+//! What the launcher reads from ELF files, through the `object` crate: whether a file is a core,
+//! a program LD_PRELOAD can reach or neither (so mistakes are caught with a clear message before
+//! gdb or the program runs); and of a mapped object its loadable segments, build id and dynamic
+//! symbols, to turn its addresses into the process's and back.
+//!
+//! Files are read through `object`'s read cache, so only the parts looked at are read: a program
+//! with hundreds of megabytes of debug info costs its headers, not its size.
 
-use std::io::Read;
-use std::path::Path;
+use crate::mappings::Mappings;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::read::ReadCache;
+use object::{Object, ObjectSymbol};
+use std::fs::File;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -16,36 +25,109 @@ pub enum Kind {
     Other,
 }
 
-const ET_EXEC: u16 = 2;
-const ET_DYN: u16 = 3;
-const ET_CORE: u16 = 4;
-const PT_INTERP: u32 = 3;
+type Header = object::elf::FileHeader64<object::Endianness>;
 
 pub fn kind(path: &Path) -> std::io::Result<Kind> {
-    let mut f = std::fs::File::open(path)?;
-    let mut head = Vec::with_capacity(4096);
-    f.by_ref().take(4096).read_to_end(&mut head)?;
-    Ok(classify(&head))
-}
-
-fn classify(d: &[u8]) -> Kind {
-    // 64-bit little-endian only: the library exists for x86_64 Linux.
-    if d.len() < 64 || d[..4] != *b"\x7fELF" || d[4] != 2 || d[5] != 1 {
-        return Kind::NotElf;
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([d[o], d[o + 1]]);
-    let u32_at = |o: usize| d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-    let u64_at = |o: usize| d.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-    match u16_at(16) {
-        ET_CORE => Kind::Core,
-        ET_EXEC | ET_DYN => {
-            let (phoff, phentsize, phnum) =
-                (u64_at(32).unwrap_or(0) as usize, u16_at(54) as usize, u16_at(56));
-            let dynamic = (0..phnum as usize).any(|i| u32_at(phoff + i * phentsize) == Some(PT_INTERP));
+    let cache = ReadCache::new(File::open(path)?);
+    // 64-bit only: the library exists for 64-bit Linux.
+    let Ok(header) = Header::parse(&cache) else {
+        return Ok(Kind::NotElf);
+    };
+    let Ok(endian) = header.endian() else {
+        return Ok(Kind::NotElf);
+    };
+    Ok(match header.e_type(endian) {
+        object::elf::ET_CORE => Kind::Core,
+        object::elf::ET_EXEC | object::elf::ET_DYN => {
+            let dynamic = header
+                .program_headers(endian, &cache)
+                .is_ok_and(|ph| ph.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP));
             Kind::Program { dynamic }
         }
         _ => Kind::Other,
+    })
+}
+
+/// A PT_LOAD segment.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+}
+
+/// The parts of a mapped object the launcher needs.
+#[derive(Clone, Debug)]
+pub struct ElfObject {
+    pub path: PathBuf,
+    pub loads: Vec<Segment>,
+    /// The GNU build id note, if the object has one.
+    pub build_id: Option<Vec<u8>>,
+}
+
+impl ElfObject {
+    pub fn open(path: &Path) -> Result<ElfObject, String> {
+        let file = File::open(path).map_err(|e| e.to_string())?;
+        let cache = ReadCache::new(file);
+        let obj = object::read::File::parse(&cache).map_err(|e| e.to_string())?;
+        let loads = match &obj {
+            object::read::File::Elf64(elf) => {
+                let endian = elf.endian();
+                elf.elf_program_headers()
+                    .iter()
+                    .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+                    .map(|p| Segment {
+                        vaddr: p.p_vaddr(endian),
+                        offset: p.p_offset(endian),
+                        filesz: p.p_filesz(endian),
+                    })
+                    .collect()
+            }
+            _ => return Err("not a 64-bit ELF file".into()),
+        };
+        let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
+        Ok(ElfObject {
+            path: path.to_path_buf(),
+            loads,
+            build_id,
+        })
     }
+
+    /// The link-time address of a byte at `offset` in the file, if a loadable segment holds it.
+    /// A mapping's offset is rounded down to a page, below its segment's own offset, so the
+    /// segment is found by its page-rounded start.
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        let page = 4096;
+        let s = self
+            .loads
+            .iter()
+            .find(|s| s.offset & !(page - 1) <= offset && offset < s.offset + s.filesz.max(1))?;
+        Some((s.vaddr + offset).wrapping_sub(s.offset))
+    }
+
+    /// What to add to a link-time address of this object to get its address in the process:
+    /// taken from its first mapping, whose offset says which part of the file sits there.
+    pub fn bias(&self, maps: &Mappings) -> Option<u64> {
+        let m = maps.of_file(&self.path).next()?;
+        Some(m.start.wrapping_sub(self.vaddr_of_offset(m.offset)?))
+    }
+
+    /// The build id as lowercase hex.
+    pub fn build_id_hex(&self) -> Option<String> {
+        self.build_id
+            .as_ref()
+            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+    }
+}
+
+/// The link-time value of the dynamic symbol `name` in the object at `path` (`.dynsym`, which
+/// survives `strip`).
+pub fn dynamic_symbol(path: &Path, name: &str) -> Option<u64> {
+    let cache = ReadCache::new(File::open(path).ok()?);
+    let obj = object::read::File::parse(&cache).ok()?;
+    obj.dynamic_symbols()
+        .find(|s| s.name_bytes().is_ok_and(|n| n == name.as_bytes()) && s.is_definition())
+        .map(|s| s.address())
 }
 
 #[cfg(test)]
@@ -60,6 +142,38 @@ mod tests {
 
     #[test]
     fn text_is_not_elf() {
-        assert_eq!(classify(b"#!/bin/sh\necho hello\n"), Kind::NotElf);
+        let p = std::env::temp_dir().join(format!("dmem-elf-test-{}", std::process::id()));
+        std::fs::write(&p, b"#!/bin/sh\necho hello\n").unwrap();
+        let k = kind(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        assert_eq!(k, Kind::NotElf);
+    }
+
+    /// The running test binary: its own function's address maps back through its segments, and
+    /// libc's malloc is found among libc's dynamic symbols where the process has it.
+    #[test]
+    fn addresses_translate_through_the_segments() {
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let me = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&me).unwrap();
+        assert!(obj.build_id.is_some(), "rustc links a build id");
+        let bias = obj.bias(&maps).unwrap();
+        let here = addresses_translate_through_the_segments as *const () as u64;
+        let m = maps.find(here).unwrap();
+        assert_eq!(obj.vaddr_of_offset(here - m.start + m.offset), Some(here - bias));
+
+        let libc = maps
+            .files()
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+            })
+            .expect("libc mapped")
+            .to_path_buf();
+        let malloc = dynamic_symbol(&libc, "malloc").expect("malloc in libc's .dynsym");
+        let libc_obj = ElfObject::open(&libc).unwrap();
+        let real = libc::malloc as *const () as u64;
+        assert_eq!(libc_obj.bias(&maps).unwrap() + malloc, real);
     }
 }

@@ -1,32 +1,14 @@
 //! `dmem flamegraph`: the gdb script writes folded stacks (`outer;...;inner bytes`, one line
 //! per allocation stack), and inferno draws them as an SVG flame graph.
 
-use crate::cli::{self, show, Arg, Parser};
+use crate::cli::{self, show};
 use crate::report::{self, Sink};
 use crate::{failed, usage, Result};
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub fn main(args: Vec<OsString>) -> Result<i32> {
-    let mut p = Parser::new(args, &['o']);
-    let (mut words, mut output, mut leaks, mut title) = (Vec::new(), None::<PathBuf>, false, None);
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(cli::print_help(cli::FLAMEGRAPH_HELP)),
-            Arg::Word(w) => words.push(w),
-            Arg::End => words.extend(p.rest()),
-            Arg::Opt(o) => match o.as_str() {
-                "-o" | "--output" => output = Some(p.value(&o, "the SVG file to write")?.into()),
-                "--leaks" => {
-                    p.no_value(&o)?;
-                    leaks = true;
-                }
-                "--title" => title = Some(p.value(&o, "a title")?.to_string_lossy().into_owned()),
-                _ => return Err(cli::unknown_option(&o, "flamegraph")),
-            },
-        }
-    }
+pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
+    let (words, output, leaks, title) = (args.words, args.output, args.leaks, args.title);
     let [prog, core] = words.as_slice() else {
         return Err(usage(format!(
             "{}; usage: dmem flamegraph PROG CORE -o OUT.svg",

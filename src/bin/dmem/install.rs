@@ -9,30 +9,20 @@
 //! PREFIX/share/dmem/examples/driver   the example of `dmem demo`
 //! ```
 
-use crate::cli::{self, show, Arg, Parser};
+use crate::cli::{self, show};
 use crate::{failed, locate, report, usage, Result};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
 
-pub fn main(args: Vec<OsString>) -> Result<i32> {
-    let mut prefix: Option<PathBuf> = None;
-    let mut p = Parser::new(args, &[]);
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(cli::print_help(cli::INSTALL_HELP)),
-            Arg::Opt(o) if o == "--prefix" => prefix = Some(p.value(&o, "a directory")?.into()),
-            Arg::Opt(o) => return Err(cli::unknown_option(&o, "install")),
-            Arg::Word(w) => {
-                return Err(usage(format!(
-                    "unexpected '{}'; give the directory with --prefix DIR",
-                    show(&w)
-                )))
-            }
-            Arg::End => {}
-        }
+pub fn main(args: cli::InstallArgs) -> Result<i32> {
+    if let Some(w) = args.unexpected {
+        return Err(usage(format!(
+            "unexpected '{}'; give the directory with --prefix DIR",
+            show(&w)
+        )));
     }
+    let prefix = args.prefix;
     let prefix = match prefix {
         Some(p) => p,
         None => match std::env::var_os("HOME") {

@@ -1,23 +1,43 @@
 //! `dmem`, the launcher: runs a program with libdmem.so preloaded, finds the core it leaves, turns
-//! that core into a report or a flame graph through gdb, shows the whole thing on a built-in
-//! example, and installs itself with the library and the gdb script.
+//! that core into a report or a flame graph through gdb, watches a running process's heap
+//! without stopping it, shows the whole thing on a built-in example, and installs itself with
+//! the library and the gdb script.
 //!
 //! It is a separate binary of this package so that none of its dependencies end up in the
-//! preloaded library. One job per module: `cli` parses arguments and holds the help texts,
-//! `locate` finds the library, the script, the example and gdb, `run` starts the program, `corefile`
-//! finds the core it left, `report` drives gdb, `flamegraph` renders folded stacks, `demo` and
-//! `install` are the subcommands of those names, and `sys` holds the few calls into libc.
+//! preloaded library. One job per module: `cli` declares the command line (clap) and folds its
+//! errors into one line, `locate` finds the library, the script, the example and gdb, `run`
+//! starts the program, `corefile` finds the core it left, `report` drives gdb, `flamegraph`
+//! renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
+//! holds the few calls into libc. Reading a heap without gdb: `memory` reads another process's
+//! memory (the `Memory` trait, and `process_vm_readv` for a live one), `mappings` says which
+//! file is mapped where, `elf` reads ELF files (through `object`), `heapwalk` finds the layout
+//! descriptor and walks the lists through any `Memory`, `stacks` groups the blocks by stack,
+//! `symbolize` names their frames (through `addr2line`), `live` opens a running process with
+//! one-line errors, `growth` classifies a stack's series, and `top` is `dmem top`.
 
 mod cli;
+mod coredump;
 mod corefile;
 mod demo;
+mod diff;
 mod elf;
 mod flamegraph;
+mod growth;
+mod heapwalk;
 mod install;
+mod live;
 mod locate;
+mod mappings;
+mod memory;
+mod pprof;
 mod report;
 mod run;
+mod snapjson;
+mod snapshot;
+mod stacks;
+mod symbolize;
 mod sys;
+mod top;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -49,72 +69,48 @@ pub type Result<T> = std::result::Result<T, Fail>;
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let status = match dispatch(args) {
-        Ok(status) => status,
-        Err((name, fail)) => {
-            // One line, whatever the message held, so scripts and people can rely on it.
-            let msg = fail.msg.replace('\n', " ");
-            match name {
+    let status = match cli::parse(args) {
+        Ok(cli) => {
+            let name = cli.command.name();
+            match dispatch(cli.command) {
+                Ok(status) => status,
+                Err(fail) => {
+                    // One line, whatever the message held, so scripts and people can rely on it.
+                    eprintln!("dmem {name}: {}", fail.msg.replace('\n', " "));
+                    fail.status
+                }
+            }
+        }
+        Err(cli::Early::Print(text, status)) => {
+            print!("{text}");
+            status
+        }
+        Err(cli::Early::Mistake(sub, msg)) => {
+            match sub {
                 Some(cmd) => eprintln!("dmem {cmd}: {msg}"),
                 None => eprintln!("dmem: {msg}"),
             }
-            fail.status
+            2
         }
     };
     std::process::exit(status);
 }
 
-type Outcome = std::result::Result<i32, (Option<&'static str>, Fail)>;
-
-fn dispatch(mut args: Vec<OsString>) -> Outcome {
-    if args.is_empty() {
-        print!("{}", cli::MAIN_HELP);
-        return Ok(2);
+fn dispatch(command: cli::Command) -> Result<i32> {
+    use cli::Command::*;
+    match command {
+        Run(a) => run::main(a),
+        Report(a) => report::main(a),
+        Flamegraph(a) => flamegraph::main(a),
+        Top(a) => top::main(a),
+        Snapshot(a) => snapshot::command(&a.source, &a.output, a.format),
+        Diff(a) => diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
+        Demo(a) => demo::main(a),
+        Install(a) => install::main(a),
+        Completions(a) => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&cli::completions(a.shell));
+            Ok(0)
+        }
     }
-    let first = args.remove(0);
-    let first = first.to_string_lossy().into_owned();
-    // Each subcommand parses its own arguments, `--help` included: `run` hands everything after
-    // the program's name to the program, so only its parser knows where options end.
-    type Handler = fn(Vec<OsString>) -> Result<i32>;
-    let (name, handler): (&'static str, Handler) = match first.as_str() {
-        "run" => ("run", run::main),
-        "report" => ("report", report::main),
-        "flamegraph" => ("flamegraph", flamegraph::main),
-        "demo" => ("demo", demo::main),
-        "install" => ("install", install::main),
-        "-h" | "--help" | "help" => {
-            return match args.first().map(|a| a.to_string_lossy().into_owned()) {
-                None => {
-                    print!("{}", cli::MAIN_HELP);
-                    Ok(0)
-                }
-                Some(sub) => match cli::help_for(&sub) {
-                    Some(text) => {
-                        print!("{text}");
-                        Ok(0)
-                    }
-                    None => Err((
-                        None,
-                        usage(format!(
-                            "no help for '{sub}': it is not a subcommand; see 'dmem --help'"
-                        )),
-                    )),
-                },
-            };
-        }
-        "-V" | "--version" => {
-            println!("dmem {}", env!("CARGO_PKG_VERSION"));
-            return Ok(0);
-        }
-        other => {
-            return Err((
-                None,
-                usage(format!(
-                    "unknown subcommand '{other}'; the subcommands are run, report, flamegraph, demo and \
-                     install (see 'dmem --help')"
-                )),
-            ))
-        }
-    };
-    handler(args).map_err(|f| (Some(name), f))
 }

@@ -7,29 +7,26 @@
 //! before the command runs split each stream into: gdb's noise, the script loading, and the
 //! command, so only the last part reaches the user and errors can be told apart.
 
-use crate::cli::{self, show, Arg, Parser};
+use crate::cli::{self, show};
 use crate::{elf, failed, install, locate, usage, Fail, Result};
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub fn main(args: Vec<OsString>) -> Result<i32> {
-    let mut p = Parser::new(args, &[]);
-    let mut words: Vec<OsString> = Vec::new();
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(cli::print_help(cli::REPORT_HELP)),
-            Arg::End => words.extend(p.rest()),
-            Arg::Word(w) => words.push(w),
-            // From the third word on, options belong to the gdb command (`stacks --json`).
-            Arg::Opt(o) if words.len() >= 2 => {
-                words.push(o.into());
-                words.extend(p.rest());
-            }
-            Arg::Opt(o) => return Err(cli::unknown_option(&o, "report")),
-        }
+pub fn main(args: cli::ReportArgs) -> Result<i32> {
+    let words = args.words;
+    // Options belong to the gdb command, from the third word on (`stacks --json`); before it
+    // there is none to give.
+    if let Some(opt) = words
+        .iter()
+        .take(2)
+        .find(|w| w.to_string_lossy().starts_with('-'))
+    {
+        return Err(usage(format!(
+            "unknown option '{}'; see 'dmem report --help'",
+            show(opt)
+        )));
     }
     if words.first().is_some_and(|w| w == "help") {
         let mut command = vec!["help".to_owned(), "dmem".to_owned()];

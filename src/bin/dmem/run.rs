@@ -1,6 +1,6 @@
 //! `dmem run`: start a program with libdmem.so preloaded and account for how it ended.
 
-use crate::cli::{self, show, Arg, Parser};
+use crate::cli::{self, show};
 use crate::{corefile, elf, failed, locate, sys, usage, Fail, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -51,37 +51,14 @@ pub struct Outcome {
     pub stdout: Vec<u8>,
 }
 
-pub fn main(args: Vec<OsString>) -> Result<i32> {
-    let mut spec = Spec::default();
-    let mut opts: Vec<String> = Vec::new();
-    let mut p = Parser::new(args, &['o']);
-    let mut rest = Vec::new();
-    while let Some(arg) = p.next_arg()? {
-        match arg {
-            Arg::Help => return Ok(cli::print_help(cli::RUN_HELP)),
-            Arg::End => {
-                rest = p.rest();
-                break;
-            }
-            Arg::Word(w) => {
-                rest.push(w);
-                rest.extend(p.rest());
-                break;
-            }
-            Arg::Opt(o) => match o.as_str() {
-                "-o" | "--opts" => {
-                    let v = p.value(&o, "the library's options (e.g. -o abort-shutdown)")?;
-                    opts.push(v.to_string_lossy().into_owned());
-                }
-                "--core-dir" => spec.core_dir = Some(p.value(&o, "a directory")?.into()),
-                "--gcore" => {
-                    p.no_value(&o)?;
-                    spec.gcore = true
-                }
-                _ => return Err(cli::unknown_option(&o, "run")),
-            },
-        }
-    }
+pub fn main(args: cli::RunArgs) -> Result<i32> {
+    let mut spec = Spec {
+        core_dir: args.core_dir,
+        gcore: args.gcore,
+        ..Spec::default()
+    };
+    let opts = args.opts;
+    let mut rest = args.command;
     if rest.is_empty() {
         return Err(usage(
             "no program to run; usage: dmem run [-o OPTS] -- PROG [ARGS...]",

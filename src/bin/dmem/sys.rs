@@ -77,3 +77,32 @@ pub fn dumps_core(sig: i32) -> bool {
     ]
     .contains(&sig)
 }
+
+/// Set by the SIGINT handler that `catch_interrupt` installs.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes Ctrl-C set `INTERRUPTED` instead of ending the launcher, so a watch loop can finish
+/// its line and print a summary.
+pub fn catch_interrupt() {
+    let handler: extern "C" fn(libc::c_int) = on_interrupt;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the sigaction
+    // struct is fully initialised (zeroed, then the handler and an empty mask set) and lives
+    // across the call.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
+/// The effective user id of the launcher.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -1,0 +1,225 @@
+//! A core file as the memory of the process it was taken from, read directly, without gdb.
+//!
+//! The kernel (or gdb's `gcore`) writes each mapping of the process as a PT_LOAD segment, and
+//! names the file behind every file-backed mapping in the NT_FILE note. Memory comes from the
+//! segments; what a segment left out (the text of a program, which the kernel does not dump by
+//! default) is read from the mapped file itself, as a debugger does. The ELF structure is read
+//! with the `object` crate.
+
+use crate::cli::show;
+use crate::mappings::{Mapping, Mappings};
+use crate::memory::{Memory, ReadError};
+use object::elf::{FileHeader64, NT_FILE, PT_LOAD, PT_NOTE};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::LittleEndian as LE;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// One PT_LOAD segment: `filesz` bytes at `offset` in the core hold the start of the process's
+/// memory at `vaddr` (the rest of the segment's memory was left out of the core).
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    vaddr: u64,
+    offset: u64,
+    filesz: u64,
+    /// PF_R, PF_W, PF_X.
+    flags: u32,
+}
+
+/// One file-backed mapping of the process, from NT_FILE.
+#[derive(Clone, Debug, PartialEq)]
+struct FileMapping {
+    start: u64,
+    end: u64,
+    /// Offset in the file of `start`, in bytes.
+    offset: u64,
+    path: PathBuf,
+}
+
+pub struct CoreDump {
+    data: memmap2::Mmap,
+    /// Sorted by address.
+    loads: Vec<Load>,
+    files: Vec<FileMapping>,
+    /// When the core was written.
+    pub mtime: SystemTime,
+    /// Files mapped into the process, opened on first need (None: unreadable).
+    opened: RefCell<HashMap<PathBuf, Option<memmap2::Mmap>>>,
+}
+
+/// Maps a whole file read-only.
+fn map_file(file: &File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private to this process; the only hazard is another
+    // process truncating the file while it is mapped, which would fault a read (SIGBUS), as it
+    // would for gdb. A core or a program being analysed is not rewritten in place.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+impl CoreDump {
+    pub fn open(path: &Path) -> Result<CoreDump, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open the core {}: {e}", show(path)))?;
+        let mtime = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| SystemTime::now());
+        let data = map_file(&file).map_err(|e| format!("cannot read the core {}: {e}", show(path)))?;
+        let bad = |what: &str| format!("{} is not a usable core file: {what}", show(path));
+        let header =
+            FileHeader64::<LE>::parse(&*data).map_err(|_| bad("not a 64-bit little-endian ELF file"))?;
+        let endian = header.endian().map_err(|_| bad("not a little-endian ELF file"))?;
+        if header.e_type.get(endian) != object::elf::ET_CORE {
+            return Err(bad("it is an ELF file, but not a core"));
+        }
+        let phdrs = header
+            .program_headers(endian, &*data)
+            .map_err(|_| bad("its program headers are cut off"))?;
+        let mut loads = Vec::new();
+        let mut files = Vec::new();
+        for ph in phdrs {
+            match ph.p_type(endian) {
+                PT_LOAD => loads.push(Load {
+                    vaddr: ph.p_vaddr(endian),
+                    offset: ph.p_offset(endian),
+                    // A core cut short (a size limit, a full disk) keeps what it has.
+                    filesz: ph
+                        .p_filesz(endian)
+                        .min((data.len() as u64).saturating_sub(ph.p_offset(endian))),
+                    flags: ph.p_flags(endian).0,
+                }),
+                PT_NOTE => {
+                    let Ok(Some(mut notes)) = ph.notes(endian, &*data) else {
+                        continue;
+                    };
+                    while let Ok(Some(note)) = notes.next() {
+                        if note.name() == b"CORE" && note.n_type(endian) == NT_FILE {
+                            files = parse_nt_file(note.desc())
+                                .ok_or_else(|| bad("its NT_FILE note is malformed"))?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if loads.is_empty() {
+            return Err(bad("it holds no memory (no PT_LOAD segments)"));
+        }
+        loads.sort_by_key(|l| l.vaddr);
+        Ok(CoreDump {
+            data,
+            loads,
+            files,
+            mtime,
+            opened: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The process's file mappings (NT_FILE), with the permissions of the segments that dumped
+    /// them: what the symboliser and the search for the layout descriptor work from.
+    pub fn mappings(&self) -> Mappings {
+        Mappings::new(
+            self.files
+                .iter()
+                .map(|f| {
+                    let flags = self
+                        .loads
+                        .iter()
+                        .find(|l| l.vaddr == f.start)
+                        .map_or(0, |l| l.flags);
+                    Mapping {
+                        start: f.start,
+                        end: f.end,
+                        offset: f.offset,
+                        path: Some(f.path.clone()),
+                        readable: flags & object::elf::PF_R.0 != 0,
+                        executable: flags & object::elf::PF_X.0 != 0,
+                        build_id: None,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Fills `buf` with the process's memory at `addr`: from the core's segments, or, where
+    /// they left it out, from the file mapped there. False if some byte is in neither.
+    fn fill(&self, mut addr: u64, mut buf: &mut [u8]) -> bool {
+        while !buf.is_empty() {
+            let n = self.read_some(addr, buf);
+            if n == 0 {
+                return false;
+            }
+            buf = &mut buf[n..];
+            addr += n as u64;
+        }
+        true
+    }
+
+    /// Reads what one segment or one mapped file holds from `addr` on, up to `buf.len()` bytes;
+    /// returns how many.
+    fn read_some(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let i = self.loads.partition_point(|l| l.vaddr <= addr);
+        if let Some(l) = i.checked_sub(1).map(|i| &self.loads[i]) {
+            let rel = addr - l.vaddr;
+            if rel < l.filesz {
+                let n = ((l.filesz - rel) as usize).min(buf.len());
+                let at = (l.offset + rel) as usize;
+                buf[..n].copy_from_slice(&self.data[at..at + n]);
+                return n;
+            }
+        }
+        // Not dumped: the bytes are the mapped file's, if a file is mapped there.
+        let Some(m) = self.files.iter().find(|m| m.start <= addr && addr < m.end) else {
+            return 0;
+        };
+        let mut opened = self.opened.borrow_mut();
+        let file = opened
+            .entry(m.path.clone())
+            .or_insert_with(|| File::open(&m.path).and_then(|f| map_file(&f)).ok());
+        let Some(file) = file else {
+            return 0;
+        };
+        let at = m.offset + (addr - m.start);
+        let avail = (m.end - addr).min((file.len() as u64).saturating_sub(at));
+        let n = (avail as usize).min(buf.len());
+        if n > 0 {
+            buf[..n].copy_from_slice(&file[at as usize..at as usize + n]);
+        }
+        n
+    }
+}
+
+impl Memory for CoreDump {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if self.fill(addr, buf) {
+            Ok(())
+        } else {
+            Err(ReadError::Unmapped)
+        }
+    }
+}
+
+/// The NT_FILE note's descriptor: a count, the page size, `count` triples (start, end, offset
+/// in pages), then `count` NUL-terminated paths.
+fn parse_nt_file(desc: &[u8]) -> Option<Vec<FileMapping>> {
+    use object::endian::U64;
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = object::Bytes(desc);
+    let count = bytes.read::<U64<LE>>().ok()?.get(LE);
+    let page = bytes.read::<U64<LE>>().ok()?.get(LE);
+    let triples = bytes
+        .read_slice::<[U64<LE>; 3]>(usize::try_from(count).ok()?)
+        .ok()?;
+    let mut out = Vec::with_capacity(triples.len());
+    for t in triples {
+        let path = bytes.read_string().ok()?;
+        out.push(FileMapping {
+            start: t[0].get(LE),
+            end: t[1].get(LE),
+            offset: t[2].get(LE).checked_mul(page)?,
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+        });
+    }
+    Some(out)
+}

@@ -1,0 +1,395 @@
+//! Two snapshots compared: which stacks grew, by how much, and which shrank.
+//!
+//! Stacks are matched by their frames, each taken as an offset in its object (see
+//! `Snapshot::stack_key`), so two cores of different runs of a program compare as well as two
+//! moments of one process.
+
+use crate::snapjson;
+use crate::snapshot::{describe_frames, Format, Snapshot, Source, Stack};
+use crate::top::{bytes_text, clock, signed, thousands};
+use crate::{failed, usage, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// One stack's change from BASE to NEW.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// The stack as NEW has it (its counts are NEW's), or as BASE had it when NEW has none of its
+    /// blocks left (then its counts are zero).
+    pub stack: Stack,
+    pub delta_bytes: i64,
+    pub delta_blocks: i64,
+}
+
+/// The comparison of two snapshots.
+pub struct Diff {
+    /// The objects of NEW, then those of BASE that NEW lacks; the stacks' frames index into this
+    /// list.
+    pub objects: Vec<crate::snapshot::Object>,
+    /// Stacks that changed: most grown in bytes first (then in blocks), shrunk ones at the end.
+    pub changes: Vec<Change>,
+    /// Stacks present in both with the same counts.
+    pub unchanged: usize,
+    pub base_time_nanos: i64,
+    pub new_time_nanos: i64,
+}
+
+pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
+    // BASE's objects are added to NEW's, once: two moments of one process map the same ones.
+    let mut objects = new.objects.clone();
+    let base_object: Vec<usize> = base
+        .objects
+        .iter()
+        .map(|o| match objects.iter().position(|n| n == o) {
+            Some(i) => i,
+            None => {
+                objects.push(o.clone());
+                objects.len() - 1
+            }
+        })
+        .collect();
+
+    let mut base_by_key: HashMap<Vec<(String, u64)>, &Stack> = HashMap::new();
+    for s in &base.stacks {
+        base_by_key
+            .entry(base.stack_key(s))
+            .and_modify(|e| {
+                // A file of another tool may hold one stack in several samples.
+                if s.bytes > e.bytes {
+                    *e = s;
+                }
+            })
+            .or_insert(s);
+    }
+    let mut base_sums: HashMap<Vec<(String, u64)>, (i64, i64)> = HashMap::new();
+    for s in &base.stacks {
+        let e = base_sums.entry(base.stack_key(s)).or_default();
+        e.0 += s.bytes;
+        e.1 += s.blocks;
+    }
+
+    let mut new_sums: HashMap<Vec<(String, u64)>, Stack> = HashMap::new();
+    for s in &new.stacks {
+        new_sums
+            .entry(new.stack_key(s))
+            .and_modify(|e| {
+                e.bytes += s.bytes;
+                e.blocks += s.blocks;
+                e.tids.extend(&s.tids);
+                e.tids.sort_unstable();
+                e.tids.dedup();
+            })
+            .or_insert_with(|| s.clone());
+    }
+
+    let mut changes = Vec::new();
+    let mut unchanged = 0;
+    for (key, s) in new_sums.iter() {
+        let (bb, bn) = base_sums.get(key).copied().unwrap_or((0, 0));
+        let (db, dn) = (s.bytes - bb, s.blocks - bn);
+        if db == 0 && dn == 0 {
+            unchanged += 1;
+            continue;
+        }
+        changes.push(Change {
+            stack: s.clone(),
+            delta_bytes: db,
+            delta_blocks: dn,
+        });
+    }
+    for (key, &(bb, bn)) in base_sums.iter() {
+        if new_sums.contains_key(key) || (bb == 0 && bn == 0) {
+            continue;
+        }
+        let mut stack = base_by_key[key].clone();
+        for f in &mut stack.frames {
+            f.object = f.object.and_then(|i| base_object.get(i).copied());
+        }
+        stack.bytes = 0;
+        stack.blocks = 0;
+        changes.push(Change {
+            stack,
+            delta_bytes: -bb,
+            delta_blocks: -bn,
+        });
+    }
+    // Growth first; among equal growth the bigger stack, then a fixed order so that the output
+    // does not depend on hashing.
+    changes.sort_by(|a, b| {
+        (b.delta_bytes, b.delta_blocks, b.stack.bytes)
+            .cmp(&(a.delta_bytes, a.delta_blocks, a.stack.bytes))
+            .then_with(|| frames_order(&a.stack).cmp(&frames_order(&b.stack)))
+    });
+    Diff {
+        objects,
+        changes,
+        unchanged,
+        base_time_nanos: base.time_nanos,
+        new_time_nanos: new.time_nanos,
+    }
+}
+
+fn frames_order(s: &Stack) -> Vec<u64> {
+    s.frames.iter().map(|f| f.pc).collect()
+}
+
+impl Diff {
+    /// NEW − BASE as a snapshot whose counts are the changes, for a pprof profile (as
+    /// `pprof -diff_base` makes them, counts may be negative).
+    pub fn as_snapshot(&self, source: String) -> Snapshot {
+        Snapshot {
+            time_nanos: self.new_time_nanos,
+            source,
+            objects: self.objects.clone(),
+            stacks: self
+                .changes
+                .iter()
+                .map(|c| Stack {
+                    bytes: c.delta_bytes,
+                    blocks: c.delta_blocks,
+                    tids: c.stack.tids.clone(),
+                    frames: c.stack.frames.clone(),
+                })
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// Seconds from BASE to NEW, if both have a time and NEW is later.
+    pub fn seconds(&self) -> Option<f64> {
+        let d = self.new_time_nanos - self.base_time_nanos;
+        (self.base_time_nanos > 0 && d > 0).then(|| d as f64 / 1e9)
+    }
+}
+
+/// How a stack changed, for people and for `class` in JSON.
+fn class(c: &Change) -> &'static str {
+    match (
+        c.stack.blocks == c.delta_blocks && c.stack.bytes == c.delta_bytes,
+        c.stack.blocks == 0,
+    ) {
+        (_, true) => "gone",
+        (true, false) => "new",
+        _ if c.delta_bytes > 0 || (c.delta_bytes == 0 && c.delta_blocks > 0) => "grew",
+        _ => "shrank",
+    }
+}
+
+#[derive(Serialize)]
+struct JsonStack {
+    bytes: i64,
+    blocks: i64,
+    delta_bytes: i64,
+    delta_blocks: i64,
+    rate_bytes_per_min: i64,
+    class: &'static str,
+    frames: Vec<snapjson::JsonFrame>,
+}
+
+#[derive(Serialize)]
+struct JsonDiff {
+    time: f64,
+    base_time: f64,
+    live_bytes: i64,
+    live_blocks: i64,
+    delta_bytes: i64,
+    delta_blocks: i64,
+    read_ms: f64,
+    inconsistent_lists: usize,
+    unchanged_stacks: usize,
+    stacks: Vec<JsonStack>,
+}
+
+/// `dmem diff BASE NEW`.
+pub fn command(
+    words: &[OsString],
+    json: bool,
+    pprof_out: Option<&Path>,
+    limit: Option<usize>,
+) -> Result<i32> {
+    let sources = Source::parse_all(words)?;
+    let [base_src, new_src] = sources.as_slice() else {
+        return Err(usage(format!(
+            "compares two snapshots, BASE and NEW (each a PID, PROG CORE or a snapshot file), but {} {} given",
+            sources.len(),
+            if sources.len() == 1 { "was" } else { "were" }
+        )));
+    };
+    let base = base_src.take()?;
+    let new = new_src.take()?;
+    let d = diff(&base, &new);
+    let minutes = d.seconds().map(|s| s / 60.0);
+    let rate = |c: &Change| minutes.map_or(0, |m| (c.delta_bytes as f64 / m).round() as i64);
+    let mut shown: Vec<&Change> = d.changes.iter().collect();
+    if let Some(n) = limit {
+        // The biggest changes either way, still in order of growth.
+        let mut by_size: Vec<usize> = (0..shown.len()).collect();
+        by_size.sort_by_key(|&i| std::cmp::Reverse(shown[i].delta_bytes.unsigned_abs()));
+        let mut keep: Vec<usize> = by_size.into_iter().take(n).collect();
+        keep.sort_unstable();
+        shown = keep.into_iter().map(|i| shown[i]).collect();
+    }
+    let (delta_bytes, delta_blocks) = (
+        new.live_bytes() - base.live_bytes(),
+        new.live_blocks() - base.live_blocks(),
+    );
+    let out = std::io::stdout();
+    let mut o = out.lock();
+    let written = if json {
+        let doc = JsonDiff {
+            time: snapjson::seconds(new.time_nanos),
+            base_time: snapjson::seconds(base.time_nanos),
+            live_bytes: new.live_bytes(),
+            live_blocks: new.live_blocks(),
+            delta_bytes,
+            delta_blocks,
+            read_ms: ((base.read_ms + new.read_ms) * 1e3).round() / 1e3,
+            inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
+            unchanged_stacks: d.unchanged,
+            stacks: shown
+                .iter()
+                .map(|c| JsonStack {
+                    bytes: c.stack.bytes,
+                    blocks: c.stack.blocks,
+                    delta_bytes: c.delta_bytes,
+                    delta_blocks: c.delta_blocks,
+                    rate_bytes_per_min: rate(c),
+                    class: class(c),
+                    frames: snapjson::frames(&d.objects, &c.stack.frames),
+                })
+                .collect(),
+        };
+        serde_json::to_writer(&mut o, &doc)
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(o))
+    } else {
+        let later = match d.seconds() {
+            Some(s) => format!(", {s:.1} s later"),
+            None => String::new(),
+        };
+        let at = |snap: &Snapshot| match snap.time_nanos {
+            t if t > 0 => format!(" at {}", clock(UNIX_EPOCH + Duration::from_nanos(t as u64))),
+            _ => String::new(),
+        };
+        let header = format!(
+            "{}{} -> {}{}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
+            base.source,
+            at(&base),
+            new.source,
+            at(&new),
+            bytes_text(new.live_bytes().max(0) as u64),
+            thousands(new.live_blocks().max(0) as u64),
+            signed(delta_bytes),
+            signed(delta_blocks),
+            d.changes.len(),
+            if d.changes.len() == 1 { "stack" } else { "stacks" },
+            d.unchanged
+        );
+        writeln!(o, "{header}").and_then(|_| {
+            if shown.is_empty() {
+                return Ok(());
+            }
+            writeln!(
+                o,
+                "{:>14} {:>10} {:>14} {:>10} {:>14}  class",
+                "bytes", "blocks", "change", "blocks", "per minute"
+            )?;
+            for c in &shown {
+                writeln!(
+                    o,
+                    "{:>14} {:>10} {:>14} {:>10} {:>14}  {}",
+                    thousands(c.stack.bytes.max(0) as u64),
+                    thousands(c.stack.blocks.max(0) as u64),
+                    signed(c.delta_bytes),
+                    signed(c.delta_blocks),
+                    signed(rate(c)),
+                    class(c)
+                )?;
+                for line in describe_frames(&d.objects, &c.stack.frames) {
+                    writeln!(o, "        {line}")?;
+                }
+            }
+            Ok(())
+        })
+    };
+    if let Err(e) = written.and_then(|_| o.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(failed(format!("cannot write the diff: {e}")));
+        }
+    }
+    drop(o);
+    if let Some(path) = pprof_out {
+        let source = format!("{} minus {}", new.source, base.source);
+        crate::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Frame, Object};
+
+    fn snap(objects_at: u64, stacks: &[(u64, i64, i64)]) -> Snapshot {
+        Snapshot {
+            time_nanos: 0,
+            source: String::new(),
+            objects: vec![Object {
+                path: "/bin/p".into(),
+                start: objects_at,
+                end: objects_at + 0x1000,
+                ..Object::default()
+            }],
+            stacks: stacks
+                .iter()
+                .map(|&(off, bytes, blocks)| Stack {
+                    bytes,
+                    blocks,
+                    tids: vec![1],
+                    frames: vec![Frame {
+                        pc: objects_at + off,
+                        object: Some(0),
+                        lines: vec![],
+                    }],
+                })
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn growth_first_shrinkage_last_and_the_unchanged_counted() {
+        // The program is loaded elsewhere in NEW: stacks still match by offset.
+        let base = snap(0x1000, &[(1, 100, 1), (2, 500, 5), (3, 70, 7), (4, 64, 1)]);
+        let new = snap(0x9000, &[(1, 1100, 11), (2, 200, 2), (3, 70, 7), (5, 10, 1)]);
+        let d = diff(&base, &new);
+        let got: Vec<(u64, i64, i64)> = d
+            .changes
+            .iter()
+            .map(|c| {
+                let f = &c.stack.frames[0];
+                (
+                    f.pc - d.objects[f.object.unwrap()].start,
+                    c.delta_bytes,
+                    c.delta_blocks,
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![(1, 1000, 10), (5, 10, 1), (4, -64, -1), (2, -300, -3)]);
+        assert_eq!(d.unchanged, 1);
+        // The gone stack keeps BASE's frame, pointing at BASE's copy of the object.
+        let gone = &d.changes[2].stack;
+        assert_eq!((gone.bytes, gone.blocks), (0, 0));
+        assert_eq!(d.objects[gone.frames[0].object.unwrap()].start, 0x1000);
+        let s = d.as_snapshot("x".into());
+        assert_eq!(s.live_bytes(), 1000 + 10 - 64 - 300);
+        // Two moments of one process share their objects.
+        let d = diff(&snap(0x1000, &[(4, 64, 1)]), &snap(0x1000, &[(1, 8, 1)]));
+        assert_eq!(d.objects.len(), 1);
+        assert!(d.changes.iter().all(|c| c.stack.frames[0].object == Some(0)));
+    }
+}

@@ -1,0 +1,892 @@
+//! The list walk: from the layout descriptor's address and any `Memory`, every live block with
+//! its size, thread and stack, plus how far each list could be trusted.
+//!
+//! Only the descriptor and raw memory are read, never debug info, as the gdb side does. The
+//! lists may change while they are read (a running process goes on allocating), so each list is
+//! read between two loads of its sequence counter (layout version 2): the same even value on
+//! both sides means the list was whole. A list whose counter was odd or moved is read again, a
+//! bounded number of times, and counted as inconsistent if it never came out whole; its blocks
+//! from the attempt that read the most are still returned. Every header is checked before it is
+//! believed (alignment, magic, list index, back link, a step cap), so a torn read is read again
+//! or stepped over (see `walk_headers`) instead of leading the walk into a loop or off into the
+//! weeds.
+//!
+//! Use: `locate(&mem, &maps)` finds the descriptor through the mapped objects' dynamic symbols,
+//! then `walk(&mem, &layout, WalkOptions::default())` gives the blocks, the distinct stacks they
+//! point into, and how each list was read; `stacks::group` sums them by stack. `mem` is any
+//! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
+//! every list comes out whole on the first attempt (unless the core was taken mid-update).
+
+use crate::elf::{self, ElfObject};
+use crate::mappings::Mappings;
+use crate::memory::{AddrHash, Memory, ReadError};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+/// "DMEMLAYT" read as a little-endian word.
+pub const LAYOUT_MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
+/// Most lists a descriptor may claim, and most frames a header may hold: beyond these a
+/// descriptor is corrupt, whatever it says.
+const MAX_LISTS: u64 = 4096;
+const MAX_FRAMES: u64 = 64;
+const MAX_HEADER: u64 = 4096;
+
+/// The layout descriptor as the library exported it (see src/layout.rs: its field order is the
+/// format).
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub version: u64,
+    pub header_size: u64,
+    pub nframes: u64,
+    pub off_next: u64,
+    pub off_prev: u64,
+    pub off_frames: u64,
+    pub off_size: u64,
+    pub size_bits: u64,
+    pub off_tid: u64,
+    pub off_magic: u64,
+    pub magic_live: u32,
+    pub lists: u64,
+    pub nlists: u64,
+    pub list_stride: u64,
+    pub list_off_head: u64,
+    pub list_off_live_blocks: u64,
+    pub list_off_live_bytes: u64,
+    pub list_off_allocs: u64,
+    pub list_off_frees: u64,
+    pub flags_addr: u64,
+    pub size_list_shift: u64,
+    pub size_list_bits: u64,
+    /// Version 1 has no sequence counters.
+    pub list_off_changes: Option<u64>,
+}
+
+/// Recording was on in the process: blocks carry stacks and sit on the lists.
+pub const FLAG_RECORDING: u64 = 1;
+
+#[derive(Debug)]
+pub enum LayoutError {
+    Read(ReadError),
+    /// The words there are not a descriptor this reader understands; says why.
+    Invalid(String),
+}
+
+impl From<ReadError> for LayoutError {
+    fn from(e: ReadError) -> Self {
+        LayoutError::Read(e)
+    }
+}
+
+impl Layout {
+    /// Reads and checks the descriptor at `addr`.
+    pub fn read(mem: &dyn Memory, addr: u64) -> Result<Layout, LayoutError> {
+        let mut head = [0u8; 16];
+        mem.read(addr, &mut head)?;
+        let word = |b: &[u8], i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+        if word(&head, 0) != LAYOUT_MAGIC {
+            return Err(LayoutError::Invalid(format!("no descriptor magic at {addr:#x}")));
+        }
+        let version = word(&head, 1);
+        let nwords = match version {
+            1 => 24,
+            2 => 29,
+            v => {
+                return Err(LayoutError::Invalid(format!(
+                    "the descriptor is version {v}; this dmem reads versions 1 and 2"
+                )))
+            }
+        };
+        let mut raw = vec![0u8; 8 * nwords];
+        mem.read(addr, &mut raw)?;
+        let w = |i: usize| word(&raw, i);
+        let (size_list_shift, size_list_bits, list_off_changes) = if version == 1 {
+            (w(8), 8, None)
+        } else {
+            (w(24), w(25), Some(w(28)))
+        };
+        let l = Layout {
+            version,
+            header_size: w(2),
+            nframes: w(3),
+            off_next: w(4),
+            off_prev: w(5),
+            off_frames: w(6),
+            off_size: w(7),
+            size_bits: w(8),
+            off_tid: w(9),
+            off_magic: w(10),
+            magic_live: w(11) as u32,
+            lists: w(13),
+            nlists: w(14),
+            list_stride: w(15),
+            list_off_head: w(16),
+            list_off_live_blocks: w(17),
+            list_off_live_bytes: w(18),
+            list_off_allocs: w(19),
+            list_off_frees: w(20),
+            flags_addr: w(23),
+            size_list_shift,
+            size_list_bits,
+            list_off_changes,
+        };
+        l.check().map_err(LayoutError::Invalid)?;
+        Ok(l)
+    }
+
+    /// Whether the words make sense, so a corrupt descriptor cannot send the walk astray.
+    fn check(&self) -> Result<(), String> {
+        let hs = self.header_size;
+        if !(16..=MAX_HEADER).contains(&hs) || !(1..=MAX_FRAMES).contains(&self.nframes) {
+            return Err(format!("header of {hs} bytes with {} frames", self.nframes));
+        }
+        let fields = [
+            ("next", self.off_next, 8),
+            ("prev", self.off_prev, 8),
+            ("frames", self.off_frames, 8 * self.nframes),
+            ("size", self.off_size, 8),
+            ("tid", self.off_tid, 4),
+            ("magic", self.off_magic, 4),
+        ];
+        if let Some((name, ..)) = fields.iter().find(|(_, off, width)| off + width > hs) {
+            return Err(format!("the {name} field overruns the header"));
+        }
+        if !(8..=56).contains(&self.size_bits)
+            || self.size_list_bits == 0
+            || self.size_list_shift + self.size_list_bits > 64
+        {
+            return Err("the size word's fields do not fit".into());
+        }
+        if !(1..=MAX_LISTS).contains(&self.nlists) || !(8..=MAX_HEADER).contains(&self.list_stride) {
+            return Err(format!("{} lists of {} bytes", self.nlists, self.list_stride));
+        }
+        let list_fields = [
+            self.list_off_head,
+            self.list_off_live_blocks,
+            self.list_off_live_bytes,
+            self.list_off_allocs,
+            self.list_off_frees,
+        ];
+        if list_fields
+            .iter()
+            .chain(self.list_off_changes.iter())
+            .any(|off| off + 8 > self.list_stride)
+        {
+            return Err("a list field lies beyond the list stride".into());
+        }
+        if self.lists == 0 || self.flags_addr == 0 {
+            // The library file's own copy, before the loader relocated it.
+            return Err("its pointers are null (an unrelocated copy from the library file)".into());
+        }
+        Ok(())
+    }
+
+    /// The descriptor's flag word (`FLAG_RECORDING`...).
+    pub fn flags(&self, mem: &dyn Memory) -> Result<u64, ReadError> {
+        mem.u64_at(self.flags_addr)
+    }
+
+    fn list_addr(&self, i: u64) -> u64 {
+        self.lists + i * self.list_stride
+    }
+}
+
+/// Why no descriptor was found in a process.
+#[derive(Debug)]
+pub enum LocateError {
+    /// No mapped object exports `dmem_layout`: the library is not loaded.
+    NotLoaded,
+    /// An object exports it, but what is at its address is not a descriptor we can read.
+    Unreadable { lib: PathBuf, why: String },
+    /// The system refused the read.
+    Denied(std::io::Error),
+}
+
+/// Finds the descriptor through the mapped objects' dynamic symbols (`dmem_layout` is in
+/// `.dynsym`, which `strip` leaves): objects whose name mentions dmem are tried first, then
+/// every other, so a renamed copy of the library is found too. Returns the descriptor and the
+/// library's path.
+pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), LocateError> {
+    let mut files = maps.files();
+    files.sort_by_key(|p| !p.to_string_lossy().contains("dmem"));
+    let mut unreadable = None;
+    for path in files {
+        let Some(sym) = elf::dynamic_symbol(path, "dmem_layout") else {
+            continue;
+        };
+        let Some(bias) = ElfObject::open(path).ok().and_then(|o| o.bias(maps)) else {
+            continue;
+        };
+        match Layout::read(mem, bias.wrapping_add(sym)) {
+            Ok(l) => return Ok((l, path.to_path_buf())),
+            Err(LayoutError::Read(ReadError::Denied(e))) => return Err(LocateError::Denied(e)),
+            Err(e) => {
+                let why = match e {
+                    LayoutError::Invalid(why) => why,
+                    LayoutError::Read(_) => "its address is not readable".into(),
+                };
+                unreadable.get_or_insert(LocateError::Unreadable {
+                    lib: path.to_path_buf(),
+                    why,
+                });
+            }
+        }
+    }
+    Err(unreadable.unwrap_or(LocateError::NotLoaded))
+}
+
+/// A list's own counters, as the library keeps them under the list's lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub live_blocks: u64,
+    pub live_bytes: u64,
+    pub allocs: u64,
+    pub frees: u64,
+}
+
+impl Counters {
+    fn add(&mut self, o: &Counters) {
+        self.live_blocks += o.live_blocks;
+        self.live_bytes += o.live_bytes;
+        self.allocs += o.allocs;
+        self.frees += o.frees;
+    }
+}
+
+/// One live block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// The address the program was given.
+    pub addr: u64,
+    pub size: u64,
+    pub tid: u32,
+    /// Index into `Walk::stacks`.
+    pub stack: u32,
+}
+
+/// How one list was read.
+#[derive(Clone, Debug, Default)]
+pub struct ListRead {
+    /// The list's counters as read in the last attempt.
+    pub counters: Counters,
+    /// Attempts made (1 when the first was whole).
+    pub attempts: u32,
+    /// Whether an attempt saw the list whole: the same even sequence value before and after,
+    /// and every header sound. A version 1 descriptor has no counter, so only the headers
+    /// decide.
+    pub consistent: bool,
+    /// Blocks read in the last attempt.
+    pub blocks: u64,
+    /// What ended the last attempt early, if something did.
+    pub problem: Option<String>,
+}
+
+/// Everything one walk found.
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub blocks: Vec<Block>,
+    /// Distinct stacks, each its return addresses innermost first, without trailing zeros.
+    pub stacks: Vec<Box<[u64]>>,
+    pub lists: Vec<ListRead>,
+    /// The sum of the lists' counters (each from the attempt whose blocks were kept).
+    pub counters: Counters,
+}
+
+impl Walk {
+    /// Lists that no attempt saw whole.
+    pub fn inconsistent(&self) -> usize {
+        self.lists.iter().filter(|l| !l.consistent).count()
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.size).sum()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct WalkOptions {
+    /// Attempts per list before it counts as inconsistent.
+    pub attempts: u32,
+}
+
+impl Default for WalkOptions {
+    fn default() -> Self {
+        WalkOptions { attempts: 4 }
+    }
+}
+
+/// Fatal: the walk cannot go on at all (permission refused, the process gone).
+#[derive(Debug)]
+pub struct Denied(pub std::io::Error);
+
+/// Walks every list. Only a refusal from the system stops it; bad headers end one attempt.
+pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk, Denied> {
+    let mut out = Walk::default();
+    let mut interned: HashMap<Box<[u64]>, u32, AddrHash> = HashMap::default();
+    let (mut scratch, mut best) = (ListScratch::default(), ListScratch::default());
+    for i in 0..layout.nlists {
+        let mut read = ListRead::default();
+        best.clear();
+        for attempt in 1..=opts.attempts.max(1) {
+            read.attempts = attempt;
+            scratch.clear();
+            let r = read_list(mem, layout, i, &mut scratch)?;
+            // Of attempts that were not whole, the one that read the most blocks is kept: an
+            // attempt is cut short where the list changed under it.
+            if r.whole || attempt == 1 || scratch.blocks.len() > best.blocks.len() {
+                std::mem::swap(&mut scratch, &mut best);
+                read.counters = r.counters;
+                read.problem = r.problem;
+                read.consistent = r.whole;
+                read.blocks = best.blocks.len() as u64;
+            }
+            if r.whole {
+                break;
+            }
+        }
+        let scratch = &mut best;
+        if !read.consistent {
+            scratch.drop_repeats(layout.nframes as usize);
+        }
+        for (b, frames) in scratch
+            .blocks
+            .iter_mut()
+            .zip(scratch.frames.chunks(layout.nframes as usize))
+        {
+            let used = frames.iter().rposition(|&f| f != 0).map_or(0, |p| p + 1);
+            let frames = &frames[..used];
+            b.stack = match interned.get(frames) {
+                Some(&id) => id,
+                None => {
+                    let id = out.stacks.len() as u32;
+                    out.stacks.push(frames.into());
+                    interned.insert(frames.into(), id);
+                    id
+                }
+            };
+        }
+        out.blocks.extend_from_slice(&scratch.blocks);
+        out.counters.add(&read.counters);
+        out.lists.push(read);
+    }
+    Ok(out)
+}
+
+/// Buffers reused from list to list.
+#[derive(Default)]
+struct ListScratch {
+    blocks: Vec<Block>,
+    /// `nframes` words per block, in step with `blocks`.
+    frames: Vec<u64>,
+    header: Vec<u8>,
+}
+
+impl ListScratch {
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.frames.clear();
+    }
+
+    /// Keeps the first of blocks read more than once (by a walk over a list that changed).
+    fn drop_repeats(&mut self, nframes: usize) {
+        let mut seen: HashSet<u64, AddrHash> = HashSet::default();
+        let keep: Vec<bool> = self.blocks.iter().map(|b| seen.insert(b.addr)).collect();
+        if keep.iter().all(|&k| k) {
+            return;
+        }
+        let mut k = keep.iter();
+        self.blocks.retain(|_| *k.next().unwrap_or(&true));
+        let frames = std::mem::take(&mut self.frames);
+        self.frames = frames
+            .chunks(nframes)
+            .zip(&keep)
+            .filter(|(_, &k)| k)
+            .flat_map(|(f, _)| f.iter().copied())
+            .collect();
+    }
+}
+
+struct ListOutcome {
+    counters: Counters,
+    whole: bool,
+    problem: Option<String>,
+}
+
+/// How long a sequence counter may stay odd before an attempt goes ahead anyway: a writer holds
+/// it odd only for a few stores under the list's lock, so a handful of re-reads sees it even
+/// unless the writer was preempted.
+const ODD_SPINS: u32 = 64;
+
+/// One attempt at list `i`.
+fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Result<ListOutcome, Denied> {
+    let fatal = |e: ReadError| match e {
+        ReadError::Denied(e) => Some(Denied(e)),
+        ReadError::Unmapped => None,
+    };
+    let base = l.list_addr(i);
+    // The counter is read on its own, before anything of the list and again after all of it:
+    // the seqlock protocol. Words copied in one read are not ordered among themselves, so the
+    // counter must never share a read with what it guards.
+    let seq_addr = l.list_off_changes.map(|o| base + o);
+    let read_seq = || -> Result<Option<u64>, ReadError> { seq_addr.map(|a| mem.u64_fresh(a)).transpose() };
+    let unreadable = |e: ReadError| match fatal(e) {
+        Some(d) => Err(d),
+        None => Ok(ListOutcome {
+            counters: Counters::default(),
+            whole: false,
+            problem: Some(format!("list {i} at {base:#x} cannot be read")),
+        }),
+    };
+    let mut before = read_seq();
+    let mut spins = 0;
+    while matches!(before, Ok(Some(v)) if v & 1 == 1) && spins < ODD_SPINS {
+        spins += 1;
+        std::thread::yield_now();
+        before = read_seq();
+    }
+    let before = match before {
+        Ok(v) => v,
+        Err(e) => return unreadable(e),
+    };
+    // Nothing read before the counter may be used after it.
+    mem.forget();
+    let mut raw = vec![0u8; l.list_stride as usize];
+    if let Err(e) = mem.read(base, &mut raw) {
+        return unreadable(e);
+    }
+    let word = |off: u64| u64::from_le_bytes(raw[off as usize..off as usize + 8].try_into().unwrap());
+    let counters = Counters {
+        live_blocks: word(l.list_off_live_blocks),
+        live_bytes: word(l.list_off_live_bytes),
+        allocs: word(l.list_off_allocs),
+        frees: word(l.list_off_frees),
+    };
+    let walked = walk_headers(
+        mem,
+        l,
+        i,
+        base + l.list_off_head,
+        word(l.list_off_head),
+        counters.live_blocks,
+        s,
+    )
+    .map_err(Denied)?;
+    let after = match read_seq() {
+        Ok(v) => v,
+        Err(e) => match fatal(e) {
+            Some(d) => return Err(d),
+            None => None,
+        },
+    };
+    let steady = match (before, after) {
+        (Some(b), Some(a)) => b == a && b & 1 == 0,
+        (None, None) => true,
+        _ => false,
+    };
+    Ok(ListOutcome {
+        counters,
+        whole: steady && walked.problem.is_none() && !walked.moved,
+        problem: walked.problem,
+    })
+}
+
+/// How one attempt's walk went.
+struct HeaderWalk {
+    /// What ended it early, if something did.
+    problem: Option<String>,
+    /// A header's back link did not name the header before it: the list changed under the walk
+    /// (a block was unlinked next to where it was). The walk goes on, since the header itself
+    /// is sound, but the attempt does not count as whole.
+    moved: bool,
+}
+
+/// Follows one list from `head`, appending what it finds to `s`. An `Err` only when the system
+/// refused a read.
+///
+/// A header is believed when it is aligned, readable, carries the live magic and names this
+/// list. A running process changes the list while it is walked, so a header that fails is
+/// read again from the process (what was read may be older than the link that led to it), and
+/// if it still fails (it was freed under the walk), the walk goes on from a fresh read of the
+/// header before it, whose next link now skips the freed one; a bounded number of times per
+/// walk. The back link is checked but only marks the walk as moved.
+///
+/// A walk over a list that did not move cannot meet a header twice (each back link named the
+/// header before it); one that moved may (a block freed and linked again at the head while the
+/// walk was past it), so a loop ends at the step cap, or sooner when it comes back to the head,
+/// and the caller drops repeats. Remembering every header in a set instead would cost a cache
+/// miss per block, most of the walk's time on a large heap.
+fn walk_headers(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    head_addr: u64,
+    head: u64,
+    counted: u64,
+    s: &mut ListScratch,
+) -> Result<HeaderWalk, std::io::Error> {
+    let cap = counted.saturating_add(64 + counted / 8).min(1 << 32);
+    let hs = l.header_size;
+    let mut walk = HeaderWalk {
+        problem: None,
+        moved: false,
+    };
+    s.header.resize(hs as usize, 0);
+    let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
+    while h != 0 {
+        if steps >= cap {
+            walk.problem = Some(format!("list {i}: longer than its {counted} blocks"));
+            break;
+        }
+        let mut fields = read_header(mem, l, i, h, &mut s.header)?;
+        if fields.is_err() && recoveries < MAX_RECOVERIES {
+            recoveries += 1;
+            walk.moved = true;
+            mem.forget_range(h, hs);
+            fields = read_header(mem, l, i, h, &mut s.header)?;
+            if fields.is_err() {
+                // Freed under the walk: go on from whatever now follows the header before it
+                // (or from the list's head, if it was the first).
+                let from = match s.blocks.last() {
+                    Some(b) => {
+                        let p = b.addr - hs;
+                        mem.forget_range(p, hs);
+                        match read_header(mem, l, i, p, &mut s.header)? {
+                            Ok(f) => Some(f.next),
+                            Err(_) => None,
+                        }
+                    }
+                    None => mem.u64_fresh(head_addr).ok(),
+                };
+                if let Some(next) = from {
+                    if next != h {
+                        h = next;
+                        continue;
+                    }
+                }
+            }
+        }
+        let f = match fields {
+            Ok(f) => f,
+            Err(why) => {
+                walk.problem = Some(format!("list {i}: {why}"));
+                break;
+            }
+        };
+        // The head's back link is whatever the last link put in front of it since the head
+        // was read; further on it must name the header we came from.
+        if prev != 0 && f.prev != prev {
+            walk.moved = true;
+        }
+        if h == head && steps > 0 {
+            walk.problem = Some(format!("list {i}: comes back to header {h:#x}"));
+            break;
+        }
+        s.blocks.push(Block {
+            addr: h + hs,
+            size: f.size,
+            tid: f.tid,
+            stack: 0,
+        });
+        let hd = &s.header;
+        let word = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
+        s.frames
+            .extend((0..l.nframes).map(|k| word(l.off_frames + 8 * k)));
+        prev = h;
+        h = f.next;
+        steps += 1;
+    }
+    Ok(walk)
+}
+
+/// Headers read again from the process, per walk, when one read from the cache does not hold
+/// up: enough for the frees a busy process makes during a walk, and a bound on the extra reads.
+const MAX_RECOVERIES: u32 = 4096;
+
+/// A header's fields, once it has been found sound.
+struct HeaderFields {
+    next: u64,
+    prev: u64,
+    size: u64,
+    tid: u32,
+}
+
+/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, on list `i`.
+/// The inner `Err` says why it is not believed.
+fn read_header(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    h: u64,
+    buf: &mut [u8],
+) -> Result<Result<HeaderFields, String>, std::io::Error> {
+    // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
+    if !h.is_multiple_of(8) {
+        return Ok(Err(format!("misaligned link {h:#x}")));
+    }
+    match mem.read(h, buf) {
+        Ok(()) => {}
+        Err(ReadError::Unmapped) => return Ok(Err(format!("unreadable header {h:#x}"))),
+        Err(ReadError::Denied(e)) => return Err(e),
+    }
+    let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
+    let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
+    if u32_at(l.off_magic) != l.magic_live {
+        return Ok(Err(format!("header {h:#x} is not live")));
+    }
+    let word = u64_at(l.off_size);
+    let list_mask = if l.size_list_bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << l.size_list_bits) - 1
+    };
+    if (word >> l.size_list_shift) & list_mask != i {
+        return Ok(Err(format!("header {h:#x} names another list")));
+    }
+    Ok(Ok(HeaderFields {
+        next: u64_at(l.off_next),
+        prev: u64_at(l.off_prev),
+        size: word & ((1u64 << l.size_bits) - 1),
+        tid: u32_at(l.off_tid),
+    }))
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    type OnRead = Box<dyn FnMut(&FakeMemory)>;
+
+    /// A fake address space: little-endian words at addresses, anything else unmapped.
+    #[derive(Default)]
+    pub struct FakeMemory {
+        pub bytes: RefCell<HashMap<u64, u8>>,
+        /// Called before each read: lets a test change memory under the walker.
+        pub on_read: RefCell<Option<OnRead>>,
+    }
+
+    impl FakeMemory {
+        pub fn put(&self, addr: u64, data: &[u8]) {
+            let mut b = self.bytes.borrow_mut();
+            for (i, v) in data.iter().enumerate() {
+                b.insert(addr + i as u64, *v);
+            }
+        }
+        pub fn put_u64(&self, addr: u64, v: u64) {
+            self.put(addr, &v.to_le_bytes());
+        }
+    }
+
+    impl Memory for FakeMemory {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+            if let Some(f) = self.on_read.borrow_mut().as_mut() {
+                f(self);
+            }
+            let b = self.bytes.borrow();
+            for (i, v) in buf.iter_mut().enumerate() {
+                *v = *b.get(&(addr + i as u64)).ok_or(ReadError::Unmapped)?;
+            }
+            Ok(())
+        }
+    }
+
+    pub const DESC: u64 = 0x1000;
+    pub const LISTS: u64 = 0x2000;
+    pub const FLAGS: u64 = 0x3000;
+    const STRIDE: u64 = 128;
+    const NLISTS: u64 = 2;
+
+    /// A descriptor of this crate's own layout (version 2), two lists.
+    pub fn fake_process() -> FakeMemory {
+        let m = FakeMemory::default();
+        let words: [u64; 29] = [
+            LAYOUT_MAGIC,
+            2,
+            112,
+            10,
+            0,
+            8,
+            16,
+            96,
+            48,
+            104,
+            108,
+            0xd3e3_a11c,
+            0xd3e3_f4ee,
+            LISTS,
+            NLISTS,
+            STRIDE,
+            0,
+            8,
+            16,
+            24,
+            32,
+            0,
+            0,
+            FLAGS,
+            48,
+            8,
+            56,
+            8,
+            40,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            m.put_u64(DESC + 8 * i as u64, *w);
+        }
+        m.put_u64(FLAGS, FLAG_RECORDING);
+        for i in 0..NLISTS {
+            m.put(LISTS + i * STRIDE, &[0u8; STRIDE as usize]);
+        }
+        m
+    }
+
+    /// Puts a header at `h` on list `list` (at its head), as the library's `link` does.
+    pub fn link(m: &FakeMemory, list: u64, h: u64, size: u64, tid: u32, frames: &[u64]) {
+        let base = LISTS + list * STRIDE;
+        let head = m.u64_at(base).unwrap();
+        let mut hdr = [0u8; 112];
+        hdr[0..8].copy_from_slice(&head.to_le_bytes());
+        for (k, f) in frames.iter().enumerate() {
+            hdr[16 + 8 * k..24 + 8 * k].copy_from_slice(&f.to_le_bytes());
+        }
+        hdr[96..104].copy_from_slice(&(size | (list << 48)).to_le_bytes());
+        hdr[104..108].copy_from_slice(&tid.to_le_bytes());
+        hdr[108..112].copy_from_slice(&0xd3e3_a11cu32.to_le_bytes());
+        m.put(h, &hdr);
+        if head != 0 {
+            m.put_u64(head + 8, h);
+        }
+        m.put_u64(base, h);
+        let w = |off: u64| m.u64_at(base + off).unwrap();
+        m.put_u64(base + 8, w(8) + 1);
+        m.put_u64(base + 16, w(16) + size);
+        m.put_u64(base + 24, w(24) + 1);
+        m.put_u64(base + 40, w(40) + 2);
+    }
+
+    #[test]
+    fn walks_every_list_and_groups_stacks() {
+        let m = fake_process();
+        link(&m, 0, 0x10000, 100, 7, &[0xa, 0xb]);
+        link(&m, 0, 0x10100, 200, 7, &[0xa, 0xb]);
+        link(&m, 1, 0x10200, 300, 8, &[0xc]);
+        let l = Layout::read(&m, DESC).unwrap();
+        assert_eq!(l.version, 2);
+        assert_eq!(l.flags(&m).unwrap(), FLAG_RECORDING);
+        let w = walk(&m, &l, WalkOptions::default()).unwrap();
+        assert_eq!(w.inconsistent(), 0);
+        assert_eq!(w.blocks.len(), 3);
+        assert_eq!(w.live_bytes(), 600);
+        assert_eq!(w.counters.live_blocks, 3);
+        assert_eq!(w.counters.live_bytes, 600);
+        assert_eq!(w.stacks.len(), 2, "two distinct stacks: {:?}", w.stacks);
+        let b = w.blocks.iter().find(|b| b.addr == 0x10200 + 112).unwrap();
+        assert_eq!(
+            (b.size, b.tid, &w.stacks[b.stack as usize][..]),
+            (300, 8, &[0xc][..])
+        );
+    }
+
+    #[test]
+    fn a_loop_or_a_bad_header_ends_the_attempt_and_is_reported() {
+        let m = fake_process();
+        link(&m, 0, 0x10000, 100, 7, &[0xa]);
+        link(&m, 0, 0x10100, 200, 7, &[0xa]);
+        // Make the tail point back at the head: a torn read could show this.
+        m.put_u64(0x10000, 0x10100);
+        let l = Layout::read(&m, DESC).unwrap();
+        let w = walk(&m, &l, WalkOptions { attempts: 3 }).unwrap();
+        assert_eq!(w.inconsistent(), 1);
+        assert_eq!(w.lists[0].attempts, 3);
+        assert!(
+            w.lists[0].problem.as_deref().unwrap().contains("comes back"),
+            "{:?}",
+            w.lists[0]
+        );
+        assert_eq!(
+            w.blocks.len(),
+            2,
+            "the blocks before the bad link are kept, once each"
+        );
+        // A back link that names another header (the one before was unlinked while the walk
+        // was past it) does not stop the walk, but the list is not whole.
+        m.put_u64(0x10000, 0);
+        m.put_u64(0x10000 + 8, 0x20000);
+        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        assert_eq!(
+            (w.blocks.len(), w.inconsistent(), w.lists[0].problem.as_deref()),
+            (2, 1, None)
+        );
+        // A header whose magic is gone (freed under us) ends the walk there.
+        m.put_u64(0x10000, 0);
+        m.put(0x10000 + 108, &0xd3e3_f4eeu32.to_le_bytes());
+        let w = walk(&m, &l, WalkOptions::default()).unwrap();
+        assert!(w.lists[0].problem.as_deref().unwrap().contains("not live"));
+        assert_eq!(w.blocks.len(), 1);
+    }
+
+    /// A block freed between the read of the link to it and the read of it: the walk goes on
+    /// from the header before it, whose link now skips it.
+    #[test]
+    fn a_block_freed_under_the_walk_is_stepped_over() {
+        let m = fake_process();
+        let (a, b, c) = (0x10000, 0x10100, 0x10200);
+        link(&m, 0, c, 300, 7, &[0xc]);
+        link(&m, 0, b, 200, 7, &[0xb]);
+        link(&m, 0, a, 100, 7, &[0xa]);
+        let l = Layout::read(&m, DESC).unwrap();
+        // Reads: the sequence counter, the list, header a, then header b: free b just before.
+        let reads = RefCell::new(0);
+        *m.on_read.borrow_mut() = Some(Box::new(move |m: &FakeMemory| {
+            *reads.borrow_mut() += 1;
+            if *reads.borrow() == 4 {
+                m.put_u64(a, c);
+                m.put_u64(c + 8, a);
+                m.put(b + 108, &0xd3e3_f4eeu32.to_le_bytes());
+                let seq = m.bytes.borrow()[&(LISTS + 40)];
+                m.put_u64(LISTS + 40, seq as u64 + 2);
+            }
+        }));
+        let w = walk(&m, &l, WalkOptions { attempts: 1 }).unwrap();
+        let sizes: Vec<u64> = w.blocks.iter().map(|b| b.size).collect();
+        assert_eq!(sizes, [100, 300], "{:?}", w.lists[0]);
+        assert!(!w.lists[0].consistent, "the list moved");
+        assert_eq!(w.lists[0].problem, None);
+    }
+
+    #[test]
+    fn a_moving_counter_is_read_again_and_an_odd_one_never_counts() {
+        let m = fake_process();
+        link(&m, 0, 0x10000, 100, 7, &[0xa]);
+        let l = Layout::read(&m, DESC).unwrap();
+        // The counter moves on every read: no attempt can see the list whole.
+        let n = RefCell::new(0u64);
+        *m.on_read.borrow_mut() = Some(Box::new(move |m: &FakeMemory| {
+            let mut n = n.borrow_mut();
+            *n += 2;
+            m.bytes.borrow_mut().insert(LISTS + 40, *n as u8);
+        }));
+        let w = walk(&m, &l, WalkOptions { attempts: 4 }).unwrap();
+        assert_eq!((w.lists[0].consistent, w.lists[0].attempts), (false, 4));
+        assert!(w.lists[1].consistent, "the other list did not change");
+        *m.on_read.borrow_mut() = None;
+        // Stuck odd: a writer that never finished. Counted, never trusted.
+        m.put_u64(LISTS + 40, 5);
+        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        assert_eq!(w.inconsistent(), 1);
+        m.put_u64(LISTS + 40, 6);
+        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        assert_eq!((w.inconsistent(), w.lists[0].attempts), (0, 1));
+    }
+
+    #[test]
+    fn a_corrupt_descriptor_is_refused() {
+        let m = fake_process();
+        m.put_u64(DESC + 8 * 14, 1 << 40);
+        assert!(matches!(Layout::read(&m, DESC), Err(LayoutError::Invalid(_))));
+        m.put_u64(DESC + 8, 9);
+        let Err(LayoutError::Invalid(why)) = Layout::read(&m, DESC) else {
+            panic!("version 9 accepted")
+        };
+        assert!(why.contains("version 9"), "{why}");
+    }
+}

@@ -1,0 +1,158 @@
+//! Which file is mapped where in a process: from `/proc/PID/maps` for a running one. A core
+//! file's NT_FILE note gives the same list, so everything downstream (finding the layout
+//! descriptor, symbolising) takes a `Mappings` and does not care where it came from.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    pub offset: u64,
+    /// The mapped file; `None` for anonymous memory, the heap, stacks and the like.
+    pub path: Option<PathBuf>,
+    /// `r`, `w`, `x` as in `/proc/PID/maps`, when known.
+    pub readable: bool,
+    pub executable: bool,
+    /// The file's GNU build id in hex, once `fill_build_ids` has looked.
+    pub build_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Mappings {
+    /// Sorted by start address, not overlapping.
+    pub list: Vec<Mapping>,
+}
+
+impl Mappings {
+    pub fn new(mut list: Vec<Mapping>) -> Mappings {
+        list.sort_by_key(|m| m.start);
+        Mappings { list }
+    }
+
+    /// The mappings of a running process.
+    pub fn of_process(pid: i32) -> std::io::Result<Mappings> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(Mappings::new(text.lines().filter_map(parse_line).collect()))
+    }
+
+    /// The mapping that holds `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.list.partition_point(|m| m.start <= addr);
+        let m = self.list.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    /// Every mapped file once, in the order of its first mapping.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut seen: Vec<&Path> = Vec::new();
+        for m in &self.list {
+            if let Some(p) = m.path.as_deref() {
+                if !seen.contains(&p) {
+                    seen.push(p);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Reads the build id of every mapped file (each file once) into its mappings: for output
+    /// that names objects by build id (heap profiles' mappings), not needed to symbolise.
+    pub fn fill_build_ids(&mut self) {
+        let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
+        for m in &mut self.list {
+            if let Some(p) = &m.path {
+                m.build_id = ids
+                    .entry(p.clone())
+                    .or_insert_with(|| crate::elf::ElfObject::open(p).ok().and_then(|o| o.build_id_hex()))
+                    .clone();
+            }
+        }
+    }
+
+    /// The mappings of one file.
+    pub fn of_file<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = &'a Mapping> + 'a {
+        self.list.iter().filter(move |m| m.path.as_deref() == Some(path))
+    }
+}
+
+/// One line of `/proc/PID/maps`:
+/// `start-end perms offset dev inode   path`, the path absent for anonymous memory and in
+/// brackets for the kernel's named regions (`[heap]`, `[stack]`, `[vdso]`).
+fn parse_line(line: &str) -> Option<Mapping> {
+    let mut f = line.splitn(6, ' ');
+    let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+    let (_dev, _inode) = (f.next()?, f.next()?);
+    let path = f.next().map(str::trim_start).unwrap_or("");
+    let (start, end) = range.split_once('-')?;
+    let path = match path {
+        "" => None,
+        p if p.starts_with('[') => None,
+        // A file deleted since it was mapped (a library replaced by an upgrade): its symbols may
+        // no longer match, but the name still tells the user what it was.
+        p => Some(PathBuf::from(p.strip_suffix(" (deleted)").unwrap_or(p))),
+    };
+    let perms = perms.as_bytes();
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path,
+        readable: perms.first() == Some(&b'r'),
+        executable: perms.get(2) == Some(&b'x'),
+        build_id: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_line(
+            "7f1c2a000000-7f1c2a022000 r-xp 00028000 08:01 1234    /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.start, m.end, m.offset),
+            (0x7f1c2a000000, 0x7f1c2a022000, 0x28000)
+        );
+        assert_eq!(
+            m.path.as_deref(),
+            Some(Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"))
+        );
+        assert!(m.readable && m.executable);
+        let heap = parse_line("55d0c0a4e000-55d0c0a6f000 rw-p 00000000 00:00 0          [heap]").unwrap();
+        assert_eq!(heap.path, None);
+        let anon = parse_line("7f1c2a022000-7f1c2a023000 ---p 00000000 00:00 0 ").unwrap();
+        assert!(!anon.readable && anon.path.is_none());
+        let gone = parse_line("1000-2000 r--p 00000000 08:01 9 /tmp/a b.so (deleted)").unwrap();
+        assert_eq!(gone.path.as_deref(), Some(Path::new("/tmp/a b.so")));
+    }
+
+    #[test]
+    fn finds_own_mappings() {
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let here = finds_own_mappings as *const () as u64;
+        let m = maps.find(here).expect("this function's own mapping");
+        assert!(m.executable);
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(m.path.as_deref(), Some(exe.as_path()));
+        assert!(maps.files().contains(&exe.as_path()));
+        assert_eq!(maps.find(0), None);
+        let mut maps = maps;
+        maps.fill_build_ids();
+        let id = maps
+            .find(here)
+            .unwrap()
+            .build_id
+            .as_deref()
+            .expect("rustc links a build id");
+        assert!(
+            id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! Reading another process's memory: the `Memory` trait the list walker reads through, and its
+//! implementation for a running process, which copies with `process_vm_readv` and never stops it
+//! (no ptrace attach: the target's threads run on while it is read).
+//!
+//! A core file can implement the same trait over its PT_LOAD segments, so one walker serves both.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+
+/// Why a read failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Nothing is mapped there (or not all of it): a stale pointer, a torn read, a block freed
+    /// and unmapped while we looked.
+    Unmapped,
+    /// The system refused (EPERM, ESRCH...); walking on is pointless.
+    Denied(io::Error),
+}
+
+/// Bytes of a process's address space.
+pub trait Memory {
+    /// Fills `buf` with the bytes at `addr`, all of them or an error.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError>;
+
+    /// Forgets anything remembered from earlier reads: the walker calls this before every
+    /// attempt at a list, so that what it reads is no older than the sequence counter it read
+    /// first. Sources that do not change (a core file) have nothing to forget.
+    fn forget(&self) {}
+
+    /// Reads bypassing anything remembered, in a read of its own: for a word that changes under
+    /// us and orders the reads around it (a list's sequence counter). A source that does not
+    /// change reads it as any other.
+    fn read_fresh(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.read(addr, buf)
+    }
+
+    /// Forgets what was remembered of `len` bytes at `addr`, so the next read of them asks the
+    /// process again.
+    fn forget_range(&self, _addr: u64, _len: u64) {}
+
+    fn u64_fresh(&self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        self.read_fresh(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn u64_at(&self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// A hasher for addresses: one multiplication. Keys are addresses read by this process, not
+/// chosen by an adversary, and SipHash would cost more than the rest of a header's walk.
+#[derive(Clone, Copy, Default)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Slices of addresses (a stack) come here whole: eight bytes at a time.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing, rotated so that the high bits (which the table's control bytes
+        // use) and the low bits (which pick the bucket) both carry every input bit.
+        self.0 = (v ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+    }
+}
+
+pub type AddrHash = std::hash::BuildHasherDefault<AddrHasher>;
+
+const PAGE: u64 = 4096;
+/// Pages fetched per system call when a read misses. Headers of blocks allocated one after the
+/// other sit close together and a list is walked newest first, so the pages just below the one
+/// asked for are what the walk reads next: fetching 16 at a time cuts the system calls of a walk
+/// of small blocks about sixteenfold. Larger batches stop paying off past the size of a block.
+const BATCH_PAGES: u64 = 16;
+/// Pages kept at most (64 MiB); past that the cache starts afresh, which costs a few re-reads
+/// but bounds the reader's memory on a heap of any size.
+const MAX_PAGES: usize = 16 * 1024;
+
+/// The memory of a running process, read with `process_vm_readv`.
+///
+/// Reads go through a cache of whole pages. A miss fetches the page asked for and up to
+/// `BATCH_PAGES - 1` pages below it in one call; the pages are separate iovec elements, listed
+/// the wanted one first and then downwards, and the kernel stops at the first element it cannot
+/// read, so a batch that runs off the bottom of a mapping still brings the page that was wanted.
+pub struct LiveMemory {
+    pid: i32,
+    pages: RefCell<HashMap<u64, Box<[u8]>, AddrHash>>,
+    /// Page buffers of a cache that was emptied, to fill again without asking the allocator
+    /// (and the kernel, for fresh pages) for new ones.
+    spare: RefCell<Vec<Box<[u8]>>>,
+}
+
+impl LiveMemory {
+    pub fn new(pid: i32) -> LiveMemory {
+        LiveMemory {
+            pid,
+            pages: RefCell::new(HashMap::default()),
+            spare: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// One `process_vm_readv` of the remote ranges `remote` into `local`: the bytes copied.
+    fn readv(&self, local: &mut [&mut [u8]], remote: &[(u64, usize)]) -> io::Result<usize> {
+        let liov: Vec<libc::iovec> = local
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let riov: Vec<libc::iovec> = remote
+            .iter()
+            .map(|&(a, n)| libc::iovec {
+                iov_base: a as usize as *mut libc::c_void,
+                iov_len: n,
+            })
+            .collect();
+        // SAFETY: every local iovec points into a live, exclusively borrowed buffer of exactly
+        // its length; the remote iovecs are only addresses in the other process, which the
+        // kernel checks, never dereferenced here.
+        let n = unsafe {
+            libc::process_vm_readv(
+                self.pid,
+                liov.as_ptr(),
+                liov.len() as libc::c_ulong,
+                riov.as_ptr(),
+                riov.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Brings the page at `page` into the cache, with the pages below it that are readable.
+    fn fetch(&self, page: u64) -> Result<(), ReadError> {
+        let mut pages = self.pages.borrow_mut();
+        let mut spare = self.spare.borrow_mut();
+        if pages.len() >= MAX_PAGES {
+            spare.extend(pages.drain().map(|(_, b)| b));
+        }
+        let wanted: Vec<u64> = (0..BATCH_PAGES)
+            .map_while(|i| page.checked_sub(i * PAGE))
+            .filter(|p| *p == page || !pages.contains_key(p))
+            .collect();
+        let mut bufs: Vec<Box<[u8]>> = wanted
+            .iter()
+            .map(|_| spare.pop().unwrap_or_else(|| vec![0u8; PAGE as usize].into()))
+            .collect();
+        let remote: Vec<(u64, usize)> = wanted.iter().map(|&p| (p, PAGE as usize)).collect();
+        let got = {
+            let mut local: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            self.readv(&mut local, &remote)
+        };
+        // Whole pages only: the kernel stops at the first page it cannot read.
+        let whole = *got.as_ref().unwrap_or(&0) / PAGE as usize;
+        let mut bufs = bufs.into_iter();
+        for (p, b) in wanted.into_iter().zip(bufs.by_ref()).take(whole) {
+            pages.insert(p, b);
+        }
+        spare.extend(bufs);
+        match got {
+            Ok(_) if whole > 0 => Ok(()),
+            Ok(_) => Err(ReadError::Unmapped),
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(ReadError::Unmapped),
+            Err(e) => Err(ReadError::Denied(e)),
+        }
+    }
+}
+
+impl Memory for LiveMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = addr.checked_add(done as u64).ok_or(ReadError::Unmapped)?;
+            let page = at & !(PAGE - 1);
+            let off = (at - page) as usize;
+            let n = (PAGE as usize - off).min(buf.len() - done);
+            {
+                let pages = self.pages.borrow();
+                if let Some(src) = pages.get(&page) {
+                    buf[done..done + n].copy_from_slice(&src[off..off + n]);
+                    done += n;
+                    continue;
+                }
+            }
+            self.fetch(page)?;
+            let pages = self.pages.borrow();
+            let src = pages.get(&page).ok_or(ReadError::Unmapped)?;
+            buf[done..done + n].copy_from_slice(&src[off..off + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn forget(&self) {
+        let mut pages = self.pages.borrow_mut();
+        self.spare.borrow_mut().extend(pages.drain().map(|(_, b)| b));
+    }
+
+    fn forget_range(&self, addr: u64, len: u64) {
+        let mut pages = self.pages.borrow_mut();
+        let mut spare = self.spare.borrow_mut();
+        let mut page = addr & !(PAGE - 1);
+        while page < addr.saturating_add(len) {
+            spare.extend(pages.remove(&page));
+            page += PAGE;
+        }
+    }
+
+    /// One system call of its own, so it is ordered against the reads before and after it
+    /// (several words copied by one call are not ordered among themselves).
+    fn read_fresh(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        let len = buf.len();
+        match self.readv(&mut [buf], &[(addr, len)]) {
+            Ok(n) if n == len => Ok(()),
+            Ok(_) => Err(ReadError::Unmapped),
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(ReadError::Unmapped),
+            Err(e) => Err(ReadError::Denied(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads this very process through the system call, across a page boundary and at the
+    /// bottom edge of a mapping, and sees what is there.
+    #[test]
+    fn reads_own_memory_through_the_kernel() {
+        let data: Vec<u8> = (0..3 * PAGE as usize).map(|i| (i % 251) as u8).collect();
+        let mem = LiveMemory::new(std::process::id() as i32);
+        let base = data.as_ptr() as u64;
+        let mut buf = vec![0u8; 5000];
+        mem.read(base + 100, &mut buf).unwrap();
+        assert_eq!(&buf[..], &data[100..5100]);
+        assert_eq!(
+            mem.u64_at(base + 8).unwrap(),
+            u64::from_le_bytes(data[8..16].try_into().unwrap())
+        );
+        assert!(matches!(mem.read(8, &mut buf[..8]), Err(ReadError::Unmapped)));
+        mem.forget();
+        let mut word = [0u8; 8];
+        mem.read_fresh(base, &mut word).unwrap();
+        assert_eq!(word, data[..8]);
+    }
+}

@@ -1,0 +1,504 @@
+//! Heap profiles in pprof's format: a snapshot as a gzipped `perftools.profiles.Profile`, the
+//! format `pprof -http`, Grafana Pyroscope, Parca, speedscope and the Perfetto UI read, and the
+//! same profiles read back (for `dmem diff` of files written earlier).
+//!
+//! The messages are written out with prost's derive, so building needs no protoc. Field numbers
+//! and types are exactly those of `proto/profile.proto` in github.com/google/pprof; messages and
+//! fields dmem does not use are left out, which protobuf readers accept (a missing field is its
+//! default), and fields it does not know are skipped when reading.
+
+use crate::snapshot::{Frame, Line, Object, Snapshot, Stack};
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+/// `message Profile` of profile.proto.
+#[derive(Clone, PartialEq, Message)]
+pub struct Profile {
+    #[prost(message, repeated, tag = "1")]
+    pub sample_type: Vec<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    pub sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
+    #[prost(message, repeated, tag = "4")]
+    pub location: Vec<Location>,
+    #[prost(message, repeated, tag = "5")]
+    pub function: Vec<Function>,
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    #[prost(int64, tag = "7")]
+    pub drop_frames: i64,
+    #[prost(int64, tag = "8")]
+    pub keep_frames: i64,
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
+    #[prost(int64, tag = "10")]
+    pub duration_nanos: i64,
+    #[prost(message, optional, tag = "11")]
+    pub period_type: Option<ValueType>,
+    #[prost(int64, tag = "12")]
+    pub period: i64,
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+    #[prost(int64, tag = "14")]
+    pub default_sample_type: i64,
+}
+
+/// `message ValueType`: indices into the string table.
+#[derive(Clone, PartialEq, Message)]
+pub struct ValueType {
+    #[prost(int64, tag = "1")]
+    pub r#type: i64,
+    #[prost(int64, tag = "2")]
+    pub unit: i64,
+}
+
+/// `message Sample`: the leaf is at `location_id[0]`.
+#[derive(Clone, PartialEq, Message)]
+pub struct Sample {
+    #[prost(uint64, repeated, tag = "1")]
+    pub location_id: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub value: Vec<i64>,
+    #[prost(message, repeated, tag = "3")]
+    pub label: Vec<Label>,
+}
+
+/// `message Label`: `str` or `num` is set.
+#[derive(Clone, PartialEq, Message)]
+pub struct Label {
+    #[prost(int64, tag = "1")]
+    pub key: i64,
+    #[prost(int64, tag = "2")]
+    pub str: i64,
+    #[prost(int64, tag = "3")]
+    pub num: i64,
+    #[prost(int64, tag = "4")]
+    pub num_unit: i64,
+}
+
+/// `message Mapping`.
+#[derive(Clone, PartialEq, Message)]
+pub struct Mapping {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
+    #[prost(bool, tag = "7")]
+    pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+    #[prost(bool, tag = "10")]
+    pub has_inline_frames: bool,
+}
+
+/// `message Location`: with several lines, the last is the function the others were inlined
+/// into.
+#[derive(Clone, PartialEq, Message)]
+pub struct Location {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub line: Vec<ProtoLine>,
+    #[prost(bool, tag = "5")]
+    pub is_folded: bool,
+}
+
+/// `message Line`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ProtoLine {
+    #[prost(uint64, tag = "1")]
+    pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
+}
+
+/// `message Function`.
+#[derive(Clone, PartialEq, Message)]
+pub struct Function {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(int64, tag = "2")]
+    pub name: i64,
+    #[prost(int64, tag = "3")]
+    pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
+}
+
+/// The label key under which each sample carries the ids of the threads that allocated it.
+pub const THREAD_LABEL: &str = "thread_id";
+
+/// The string table: index 0 is the empty string, as profile.proto requires.
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        let mut s = Strings {
+            table: Vec::new(),
+            index: HashMap::new(),
+        };
+        s.get("");
+        s
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+/// The snapshot as a Profile message. Counts may be negative (a diff), as `pprof -diff_base`
+/// produces too.
+pub fn to_profile(snap: &Snapshot) -> Profile {
+    let mut strings = Strings::new();
+    let objects = strings.get("inuse_objects");
+    let count = strings.get("count");
+    let space = strings.get("inuse_space");
+    let bytes = strings.get("bytes");
+    let thread = strings.get(THREAD_LABEL);
+
+    // Objects some frame lies in become mappings; pprof wants the main program first, which
+    // the snapshot's object list already puts there.
+    let mut used = vec![false; snap.objects.len()];
+    let mut symbolised = vec![(false, false, false); snap.objects.len()];
+    for f in snap.stacks.iter().flat_map(|s| &s.frames) {
+        if let Some(i) = f.object.filter(|&i| i < used.len()) {
+            used[i] = true;
+            let s = &mut symbolised[i];
+            s.0 |= f.function().is_some();
+            s.1 |= f.lines.iter().any(|l| !l.file.is_empty());
+            s.2 |= f.lines.iter().any(|l| l.line != 0);
+        }
+    }
+    let mut mapping = Vec::new();
+    let mut mapping_id = vec![0u64; snap.objects.len()];
+    for (i, o) in snap.objects.iter().enumerate() {
+        if !used[i] {
+            continue;
+        }
+        mapping_id[i] = mapping.len() as u64 + 1;
+        let (has_functions, has_filenames, has_line_numbers) = symbolised[i];
+        mapping.push(Mapping {
+            id: mapping_id[i],
+            memory_start: o.start,
+            memory_limit: o.end,
+            file_offset: o.file_offset,
+            filename: strings.get(&o.path),
+            build_id: strings.get(&o.build_id),
+            has_functions,
+            has_filenames,
+            has_line_numbers,
+            has_inline_frames: has_functions,
+        });
+    }
+
+    let mut function = Vec::new();
+    let mut function_ids: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut location = Vec::new();
+    let mut location_ids: HashMap<(u64, u64, &[Line]), u64> = HashMap::new();
+    let mut sample = Vec::with_capacity(snap.stacks.len());
+    for s in &snap.stacks {
+        let mut ids = Vec::with_capacity(s.frames.len());
+        for f in &s.frames {
+            let map = f.object.and_then(|i| mapping_id.get(i).copied()).unwrap_or(0);
+            let key = (map, f.pc, f.lines.as_slice());
+            let id = match location_ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let mut line = Vec::with_capacity(f.lines.len());
+                    for l in &f.lines {
+                        let fkey = (l.function.as_str(), l.file.as_str());
+                        let function_id = match function_ids.get(&fkey) {
+                            Some(&id) => id,
+                            None => {
+                                let id = function.len() as u64 + 1;
+                                let name = strings.get(&l.function);
+                                function.push(Function {
+                                    id,
+                                    name,
+                                    system_name: name,
+                                    filename: strings.get(&l.file),
+                                    start_line: 0,
+                                });
+                                function_ids.insert(fkey, id);
+                                id
+                            }
+                        };
+                        line.push(ProtoLine {
+                            function_id,
+                            line: l.line as i64,
+                        });
+                    }
+                    let id = location.len() as u64 + 1;
+                    location.push(Location {
+                        id,
+                        mapping_id: map,
+                        address: f.pc,
+                        line,
+                        is_folded: false,
+                    });
+                    location_ids.insert(key, id);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        sample.push(Sample {
+            location_id: ids,
+            value: vec![s.blocks, s.bytes],
+            label: s
+                .tids
+                .iter()
+                .map(|&t| Label {
+                    key: thread,
+                    num: t as i64,
+                    ..Label::default()
+                })
+                .collect(),
+        });
+    }
+
+    let mut comment = vec![strings.get(&format!("dmem: live heap of {}", snap.source))];
+    if let Some(note) = snap.inconsistency() {
+        comment.push(strings.get(&format!("dmem: {note}")));
+    }
+    Profile {
+        sample_type: vec![
+            ValueType {
+                r#type: objects,
+                unit: count,
+            },
+            ValueType {
+                r#type: space,
+                unit: bytes,
+            },
+        ],
+        sample,
+        mapping,
+        location,
+        function,
+        string_table: strings.table,
+        time_nanos: snap.time_nanos,
+        // Every block is counted: no sampling, so one event per byte.
+        period_type: Some(ValueType {
+            r#type: space,
+            unit: bytes,
+        }),
+        period: 1,
+        comment,
+        default_sample_type: space,
+        ..Profile::default()
+    }
+}
+
+/// The snapshot as a gzipped profile, as pprof writes them to disk.
+pub fn write(snap: &Snapshot, out: impl Write) -> std::io::Result<()> {
+    let raw = to_profile(snap).encode_to_vec();
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    gz.write_all(&raw)?;
+    gz.finish()?.flush()
+}
+
+/// Whether `data` starts like a gzipped file.
+pub fn is_gzip(data: &[u8]) -> bool {
+    data.starts_with(&[0x1f, 0x8b])
+}
+
+/// A profile (gzipped or not) read back as a snapshot: the counts come from the
+/// `inuse_objects` and `inuse_space` sample types, the threads from the `thread_id` labels.
+pub fn read(data: &[u8]) -> Result<Snapshot, String> {
+    let mut unzipped = Vec::new();
+    let raw = if is_gzip(data) {
+        flate2::read::GzDecoder::new(data)
+            .read_to_end(&mut unzipped)
+            .map_err(|e| format!("not a gzipped profile: {e}"))?;
+        &unzipped[..]
+    } else {
+        data
+    };
+    let p = Profile::decode(raw).map_err(|e| format!("not a pprof profile: {e}"))?;
+    let s = |i: i64| -> Result<&str, String> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| p.string_table.get(i))
+            .map(String::as_str)
+            .ok_or_else(|| format!("a string index ({i}) is outside the string table"))
+    };
+    if p.string_table.first().map(String::as_str) != Some("") {
+        return Err("not a pprof profile: its string table does not start with \"\"".into());
+    }
+    let mut col = (None, None);
+    for (i, t) in p.sample_type.iter().enumerate() {
+        match s(t.r#type)? {
+            "inuse_objects" => col.0 = Some(i),
+            "inuse_space" => col.1 = Some(i),
+            _ => {}
+        }
+    }
+    let (Some(blocks_col), Some(bytes_col)) = col else {
+        return Err(
+            "the profile has no inuse_objects and inuse_space sample types: not a heap profile".into(),
+        );
+    };
+
+    let mut objects = Vec::new();
+    let mut object_of: HashMap<u64, usize> = HashMap::new();
+    for m in &p.mapping {
+        object_of.insert(m.id, objects.len());
+        objects.push(Object {
+            path: s(m.filename)?.to_owned(),
+            build_id: s(m.build_id)?.to_owned(),
+            start: m.memory_start,
+            end: m.memory_limit,
+            file_offset: m.file_offset,
+        });
+    }
+    let functions: HashMap<u64, &Function> = p.function.iter().map(|f| (f.id, f)).collect();
+    let mut frames: HashMap<u64, Frame> = HashMap::new();
+    for l in &p.location {
+        let mut lines = Vec::with_capacity(l.line.len());
+        for ln in &l.line {
+            let f = functions.get(&ln.function_id).ok_or_else(|| {
+                format!(
+                    "location {} names a function ({}) the profile lacks",
+                    l.id, ln.function_id
+                )
+            })?;
+            lines.push(Line {
+                function: s(f.name)?.to_owned(),
+                file: s(f.filename)?.to_owned(),
+                line: u32::try_from(ln.line).unwrap_or(0),
+            });
+        }
+        let object = object_of.get(&l.mapping_id).copied();
+        frames.insert(
+            l.id,
+            Frame {
+                pc: l.address,
+                object,
+                lines,
+            },
+        );
+    }
+    let mut stacks = Vec::with_capacity(p.sample.len());
+    for smp in &p.sample {
+        let value = |c: usize| smp.value.get(c).copied().unwrap_or(0);
+        let mut tids: Vec<u32> = Vec::new();
+        for l in &smp.label {
+            if s(l.key)? == THREAD_LABEL {
+                tids.push(u32::try_from(l.num).unwrap_or(0));
+            }
+        }
+        tids.sort_unstable();
+        tids.dedup();
+        let frames = smp
+            .location_id
+            .iter()
+            .map(|id| {
+                frames
+                    .get(id)
+                    .cloned()
+                    .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        stacks.push(Stack {
+            blocks: value(blocks_col),
+            bytes: value(bytes_col),
+            tids,
+            frames,
+        });
+    }
+    let source = p
+        .comment
+        .iter()
+        .filter_map(|&c| s(c).ok()?.strip_prefix("dmem: live heap of "))
+        .next()
+        .unwrap_or("a profile")
+        .to_owned();
+    let mut snap = Snapshot {
+        time_nanos: p.time_nanos,
+        source,
+        objects,
+        stacks,
+        ..Snapshot::default()
+    };
+    snap.sort();
+    Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_reads_back_as_written() {
+        let snap = crate::snapshot::tests::sample();
+        let mut gz = Vec::new();
+        write(&snap, &mut gz).unwrap();
+        assert!(is_gzip(&gz));
+        let mut back = read(&gz).unwrap();
+        back.sort();
+        let mut want = snap.clone();
+        want.sort();
+        assert_eq!(back, want);
+    }
+
+    #[test]
+    fn tables_are_shared_and_the_string_table_starts_empty() {
+        let p = to_profile(&crate::snapshot::tests::sample());
+        assert_eq!(p.string_table[0], "");
+        // Both stacks start at the same address: one location, two functions for its lines.
+        assert_eq!(p.location.len(), 2);
+        assert_eq!(p.function.len(), 2);
+        assert_eq!(p.sample[0].location_id[0], p.sample[1].location_id[0]);
+        assert_eq!(p.string_table[p.default_sample_type as usize], "inuse_space");
+        // Each string once.
+        let mut seen = p.string_table.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), p.string_table.len());
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        assert!(read(b"\x1f\x8b\x08garbage").unwrap_err().contains("gzip"));
+        assert!(read(&[0xff, 0xff, 0xff])
+            .unwrap_err()
+            .contains("not a pprof profile"));
+        // A valid message that is not a heap profile.
+        let p = Profile {
+            string_table: vec!["".into(), "cpu".into(), "nanoseconds".into()],
+            sample_type: vec![ValueType { r#type: 1, unit: 2 }],
+            ..Profile::default()
+        };
+        assert!(read(&p.encode_to_vec())
+            .unwrap_err()
+            .contains("not a heap profile"));
+    }
+}

@@ -1,0 +1,599 @@
+//! The snapshot model: the live blocks of one process at one moment, grouped by allocation
+//! stack, with every frame symbolised. `dmem snapshot` writes it (pprof, JSON or folded
+//! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
+//! core file or a file written earlier.
+
+use crate::cli::show;
+use crate::coredump::CoreDump;
+use crate::elf::{self, Kind};
+use crate::heapwalk::{self, LocateError, WalkOptions, FLAG_RECORDING};
+use crate::live;
+use crate::mappings::Mappings;
+use crate::symbolize::{self, Symbolizer};
+use crate::top::thousands;
+use crate::{failed, usage, Result};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Where a snapshot's code addresses lie: one mapped object file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Object {
+    pub path: String,
+    /// The GNU build id in lower-case hex, or empty when the object has none (or is gone).
+    pub build_id: String,
+    /// The address range of its executable mapping and the file offset that range starts at.
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+}
+
+/// One source line of a frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Line {
+    pub function: String,
+    pub file: String,
+    /// 0 when not known.
+    pub line: u32,
+}
+
+/// One return address of a stack.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Frame {
+    pub pc: u64,
+    /// Index into `Snapshot::objects`.
+    pub object: Option<usize>,
+    /// What the address symbolises to: functions inlined at it first, the function whose code it
+    /// is last (pprof's order). Empty when nothing is known about it.
+    pub lines: Vec<Line>,
+}
+
+impl Frame {
+    /// The function the address's code belongs to (the outermost of an inlined chain).
+    pub fn function(&self) -> Option<&str> {
+        self.lines
+            .last()
+            .map(|l| l.function.as_str())
+            .filter(|f| !f.is_empty())
+    }
+}
+
+/// The live blocks allocated from one stack. In a diff, the counts are NEW minus BASE and may be
+/// negative.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stack {
+    pub bytes: i64,
+    pub blocks: i64,
+    /// The threads that allocated them, ascending.
+    pub tids: Vec<u32>,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// When it was taken (a core: when the core was written), nanoseconds since the epoch.
+    pub time_nanos: i64,
+    /// What it was taken from, for people: "pid 1234 (server)", "server (core ./core.1234)".
+    pub source: String,
+    pub objects: Vec<Object>,
+    /// Biggest first.
+    pub stacks: Vec<Stack>,
+    /// How long reading the lists took, in milliseconds (0 when read from a file).
+    pub read_ms: f64,
+    /// Lists that could not be read whole (a running process changed them throughout).
+    pub inconsistent_lists: usize,
+}
+
+impl Snapshot {
+    pub fn live_bytes(&self) -> i64 {
+        self.stacks.iter().map(|s| s.bytes).sum()
+    }
+
+    /// What to say when some lists could not be read whole.
+    pub fn inconsistency(&self) -> Option<String> {
+        (self.inconsistent_lists > 0).then(|| {
+            format!(
+                "{} lists changed too fast to be read whole; their blocks are as last read",
+                self.inconsistent_lists
+            )
+        })
+    }
+
+    pub fn live_blocks(&self) -> i64 {
+        self.stacks.iter().map(|s| s.blocks).sum()
+    }
+
+    /// Biggest first, then most blocks, then by first frame: the order every output uses.
+    pub fn sort(&mut self) {
+        self.stacks.sort_by(|a, b| {
+            (b.bytes, b.blocks).cmp(&(a.bytes, a.blocks)).then_with(|| {
+                a.frames
+                    .first()
+                    .map(|f| f.pc)
+                    .cmp(&b.frames.first().map(|f| f.pc))
+            })
+        });
+    }
+
+    /// A stack's identity across snapshots, even of different runs of a program (where the
+    /// addresses move): per frame, the object's path and the address's offset in that object,
+    /// or the bare address when no object is known.
+    pub fn stack_key(&self, stack: &Stack) -> Vec<(String, u64)> {
+        stack
+            .frames
+            .iter()
+            .map(|f| match f.object.and_then(|i| self.objects.get(i)) {
+                Some(o) => (
+                    o.path.clone(),
+                    f.pc.wrapping_sub(o.start).wrapping_add(o.file_offset),
+                ),
+                None => (String::new(), f.pc),
+            })
+            .collect()
+    }
+
+    /// Folded stacks (`outer;...;inner bytes`, one line per stack, sorted), as gdb's
+    /// `dmem folded` writes them for flame-graph tools; inlined functions get a frame each.
+    pub fn folded(&self) -> String {
+        let mut acc: HashMap<String, i64> = HashMap::new();
+        for s in &self.stacks {
+            let mut names: Vec<String> = Vec::new();
+            for f in s.frames.iter().rev() {
+                if f.lines.is_empty() || f.function().is_none() {
+                    names.push(format!("{:#x}", f.pc));
+                    continue;
+                }
+                for l in f.lines.iter().rev() {
+                    names.push(l.function.replace(';', ":").replace('\n', " "));
+                }
+            }
+            let key = if names.is_empty() {
+                "[no stack]".to_owned()
+            } else {
+                names.join(";")
+            };
+            *acc.entry(key).or_default() += s.bytes;
+        }
+        let mut lines: Vec<(String, i64)> = acc.into_iter().collect();
+        lines.sort();
+        lines.into_iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+    }
+}
+
+/// Where a snapshot comes from, as named on the command line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    Pid(i32),
+    Core {
+        prog: PathBuf,
+        core: PathBuf,
+    },
+    /// A snapshot written earlier: a pprof profile (gzipped or not) or dmem's JSON.
+    File(PathBuf),
+}
+
+impl Source {
+    /// Splits command-line words into sources: a number is a PID, a program is followed by its
+    /// core, anything else is a snapshot file.
+    pub fn parse_all(words: &[OsString]) -> Result<Vec<Source>> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let w = &words[i];
+            i += 1;
+            if let Some(pid) = w.to_str().and_then(|s| s.parse::<i32>().ok()) {
+                if pid <= 0 {
+                    return Err(usage(format!("{pid} is not a process id")));
+                }
+                out.push(Source::Pid(pid));
+                continue;
+            }
+            let path = PathBuf::from(w);
+            match elf::kind(&path) {
+                Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&path)))),
+                Ok(Kind::Core) => {
+                    return Err(usage(format!(
+                        "{} is a core file: name its program first (PROG CORE)",
+                        show(&path)
+                    )))
+                }
+                Ok(Kind::Program { .. }) => {
+                    let Some(core) = words.get(i).map(PathBuf::from) else {
+                        return Err(usage(format!(
+                            "{} is a program: a core file of it must follow (PROG CORE)",
+                            show(&path)
+                        )));
+                    };
+                    i += 1;
+                    match elf::kind(&core) {
+                        Ok(Kind::Core) => out.push(Source::Core { prog: path, core }),
+                        Ok(_) => {
+                            return Err(usage(format!(
+                                "{} is not a core file (it follows the program {})",
+                                show(&core),
+                                show(&path)
+                            )))
+                        }
+                        Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&core)))),
+                    }
+                }
+                Ok(_) => out.push(Source::File(path)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The snapshot this source holds or gives now.
+    pub fn take(&self) -> Result<Snapshot> {
+        match self {
+            Source::Pid(pid) => {
+                let p = live::open(*pid)?;
+                let main = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+                let when = SystemTime::now();
+                let started = Instant::now();
+                let walk = heapwalk::walk(&p.mem, &p.layout, WalkOptions::default())
+                    .map_err(|d| live::refused(*pid, &d.0))?;
+                let read_ms = millis(started.elapsed());
+                let source = format!("pid {pid} ({})", p.name);
+                Ok(from_walk(&walk, p.maps, main.as_deref(), source, when, read_ms))
+            }
+            Source::Core { prog, core } => {
+                let dump = CoreDump::open(core).map_err(failed)?;
+                let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.clone());
+                let maps = program_in_core(dump.mappings(), &main, core)?;
+                let source = format!("{} (core {})", file_name(prog), show(core));
+                let started = Instant::now();
+                let walk = walk_core(&dump, &maps, &source)?;
+                let read_ms = millis(started.elapsed());
+                Ok(from_walk(&walk, maps, Some(&main), source, dump.mtime, read_ms))
+            }
+            Source::File(path) => {
+                let data =
+                    std::fs::read(path).map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
+                let what = |e: String| failed(format!("{}: {e}", show(path)));
+                if crate::pprof::is_gzip(&data) || !data.trim_ascii_start().starts_with(b"{") {
+                    crate::pprof::read(&data).map_err(what)
+                } else {
+                    crate::snapjson::read(&data).map_err(what)
+                }
+            }
+        }
+    }
+}
+
+/// Milliseconds to the microsecond, as `dmem top` gives its read times.
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(show).unwrap_or_else(|| show(p))
+}
+
+/// Checks that `prog` is the program of the core, and has the core's mappings of it read from
+/// `prog` when the path the core recorded is gone (a core taken elsewhere, a program moved since).
+fn program_in_core(mut maps: Mappings, prog: &Path, core: &Path) -> Result<Mappings> {
+    let name = prog.file_name();
+    let same = |p: &Path| p == prog || std::fs::canonicalize(p).is_ok_and(|c| c == prog);
+    if maps.list.iter().any(|m| m.path.as_deref().is_some_and(same)) {
+        return Ok(maps);
+    }
+    let mut found = false;
+    for m in &mut maps.list {
+        if let Some(p) = &m.path {
+            if p.file_name() == name && !p.exists() {
+                m.path = Some(prog.to_path_buf());
+                found = true;
+            }
+        }
+    }
+    if found {
+        return Ok(maps);
+    }
+    let first = maps
+        .files()
+        .first()
+        .map(show)
+        .unwrap_or_else(|| "no file at all".into());
+    Err(failed(format!(
+        "{} is not a core of {}: the program it maps first is {first}",
+        show(core),
+        show(prog)
+    )))
+}
+
+/// Finds the lists in a core and walks them. A core is never refused, so the only failures are
+/// a core without the library or with it broken.
+fn walk_core(dump: &CoreDump, maps: &Mappings, source: &str) -> Result<heapwalk::Walk> {
+    let (layout, lib) = heapwalk::locate(dump, maps).map_err(|e| match e {
+        LocateError::NotLoaded => failed(format!(
+            "{source} has no libdmem.so loaded (no mapped object exports dmem_layout): the program \
+             must run with LD_PRELOAD=libdmem.so (or under 'dmem run') for its cores to hold the lists"
+        )),
+        LocateError::Unreadable { lib, why } => failed(format!(
+            "the dmem_layout descriptor of {} in {source} cannot be read: {why}",
+            show(&lib)
+        )),
+        LocateError::Denied(e) => failed(format!("cannot read {source}: {e}")),
+    })?;
+    if layout.flags(dump).is_ok_and(|f| f & FLAG_RECORDING == 0) {
+        return Err(failed(format!(
+            "{source} ran {} with recording off (no-log-allocs): its blocks have no stacks and are \
+             on no list",
+            show(&lib)
+        )));
+    }
+    heapwalk::walk(dump, &layout, WalkOptions::default())
+        .map_err(|d| failed(format!("cannot read {source}: {}", d.0)))
+}
+
+/// Groups and symbolises the blocks a walk found.
+fn from_walk(
+    walk: &heapwalk::Walk,
+    maps: Mappings,
+    main: Option<&Path>,
+    source: String,
+    when: SystemTime,
+    read_ms: f64,
+) -> Snapshot {
+    let groups = crate::stacks::group(walk);
+
+    let mut maps = maps;
+    maps.fill_build_ids();
+    let mut sym = Symbolizer::new(maps.clone());
+    let mut objects: Vec<Object> = Vec::new();
+    // The executable mapping's start, to its index in `objects`.
+    let mut object_at: HashMap<u64, usize> = HashMap::new();
+    let mut stacks = Vec::with_capacity(groups.len());
+    for g in &groups {
+        let pcs = &walk.stacks[g.stack as usize];
+        let mut frames = Vec::with_capacity(pcs.len());
+        for &pc in pcs.iter() {
+            let object = object_of(&maps, pc, &mut objects, &mut object_at);
+            frames.push(Frame {
+                pc,
+                object,
+                lines: lines_of(&sym.frames(pc)),
+            });
+        }
+        stacks.push(Stack {
+            bytes: g.bytes as i64,
+            blocks: g.blocks as i64,
+            tids: g.tids.clone(),
+            frames,
+        });
+    }
+    // pprof wants the main program's mapping first.
+    if let Some(main) = main {
+        if let Some(i) = objects.iter().position(|o| Path::new(&o.path) == main) {
+            let order: Vec<usize> = std::iter::once(i)
+                .chain((0..objects.len()).filter(|&j| j != i))
+                .collect();
+            let mut new_index = vec![0; objects.len()];
+            for (new, &old) in order.iter().enumerate() {
+                new_index[old] = new;
+            }
+            objects = order.iter().map(|&j| objects[j].clone()).collect();
+            for f in stacks.iter_mut().flat_map(|s| s.frames.iter_mut()) {
+                f.object = f.object.map(|j| new_index[j]);
+            }
+        }
+    }
+    let time_nanos = when
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let mut snap = Snapshot {
+        time_nanos,
+        source,
+        objects,
+        stacks,
+        read_ms,
+        inconsistent_lists: walk.inconsistent(),
+    };
+    snap.sort();
+    snap
+}
+
+/// The object `pc` lies in, added to `objects` when first seen.
+fn object_of(
+    maps: &Mappings,
+    pc: u64,
+    objects: &mut Vec<Object>,
+    object_at: &mut HashMap<u64, usize>,
+) -> Option<usize> {
+    let m = maps.find(pc)?;
+    let path = m.path.as_ref()?;
+    if let Some(&i) = object_at.get(&m.start) {
+        return Some(i);
+    }
+    objects.push(Object {
+        path: path.to_string_lossy().into_owned(),
+        build_id: m.build_id.clone().unwrap_or_default(),
+        start: m.start,
+        end: m.end,
+        file_offset: m.offset,
+    });
+    object_at.insert(m.start, objects.len() - 1);
+    Some(objects.len() - 1)
+}
+
+/// The symboliser's frames of one address (inlined first, as pprof wants them) as lines.
+fn lines_of(frames: &[symbolize::Frame]) -> Vec<Line> {
+    if frames.iter().all(|f| f.function.is_none()) {
+        return Vec::new();
+    }
+    frames
+        .iter()
+        .map(|f| Line {
+            function: f.function.clone().unwrap_or_default(),
+            file: f.file.clone().unwrap_or_default(),
+            line: f.line.unwrap_or(0),
+        })
+        .collect()
+}
+
+pub use crate::cli::SnapshotFormat as Format;
+
+/// Writes `snap` to `output` (`-` for standard output) in `format`.
+pub fn write_to(snap: &Snapshot, output: &Path, format: Format) -> Result<()> {
+    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+        match format {
+            Format::Pprof => crate::pprof::write(snap, &mut *w),
+            Format::Json => crate::snapjson::write(snap, &mut *w),
+            Format::Folded => w.write_all(snap.folded().as_bytes()),
+        }?;
+        w.flush()
+    };
+    let done = if output == Path::new("-") {
+        write(&mut std::io::stdout().lock())
+    } else {
+        let file = std::fs::File::create(output)
+            .map_err(|e| failed(format!("cannot create {}: {e}", show(output))))?;
+        write(&mut std::io::BufWriter::new(file))
+    };
+    match done {
+        Ok(()) => Ok(()),
+        // The reader of standard output went away (`| head`): nothing more to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(failed(format!("cannot write {}: {e}", show(output)))),
+    }
+}
+
+/// `dmem snapshot SOURCE -o FILE`.
+pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32> {
+    let sources = Source::parse_all(words)?;
+    let [source] = sources.as_slice() else {
+        return Err(usage(
+            "takes one source: a PID, or a program and its core (PROG CORE)",
+        ));
+    };
+    if let Source::File(p) = source {
+        return Err(usage(format!(
+            "{} is neither a process id nor a program followed by its core",
+            show(p)
+        )));
+    }
+    let snap = source.take()?;
+    write_to(&snap, output, format)?;
+    if let Some(note) = snap.inconsistency() {
+        eprintln!("dmem snapshot: {note}");
+    }
+    if output != Path::new("-") {
+        let plural = |n: i64, one: &str, many: &str| {
+            format!(
+                "{} {}",
+                thousands(n.max(0) as u64),
+                if n == 1 { one } else { many }
+            )
+        };
+        eprintln!(
+            "dmem snapshot: {} in {} from {} of {} written to {}",
+            plural(snap.live_bytes(), "byte", "bytes"),
+            plural(snap.live_blocks(), "block", "blocks"),
+            plural(snap.stacks.len() as i64, "stack", "stacks"),
+            snap.source,
+            show(output)
+        );
+    }
+    Ok(0)
+}
+
+/// A stack's frames for people, one line each, as `dmem top` prints them: inlined functions get
+/// a line of their own.
+pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in frames {
+        let object: Option<std::rc::Rc<Path>> = f
+            .object
+            .and_then(|i| objects.get(i))
+            .map(|o| std::rc::Rc::from(Path::new(&o.path)));
+        let bare = symbolize::Frame::bare(f.pc, object);
+        if f.lines.is_empty() {
+            out.push(bare.describe());
+            continue;
+        }
+        let last = f.lines.len() - 1;
+        for (i, l) in f.lines.iter().enumerate() {
+            out.push(crate::top::short_frame(&symbolize::Frame {
+                function: Some(l.function.clone()).filter(|f| !f.is_empty()),
+                file: Some(l.file.clone()).filter(|f| !f.is_empty()),
+                line: (l.line != 0).then_some(l.line),
+                inlined: i < last,
+                ..bare.clone()
+            }));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A small snapshot with inlined frames, an unsymbolised one and a negative count.
+    pub fn sample() -> Snapshot {
+        let line = |function: &str, file: &str, line: u32| Line {
+            function: function.into(),
+            file: file.into(),
+            line,
+        };
+        Snapshot {
+            time_nanos: 1_700_000_000_123_456_789,
+            source: "pid 42".into(),
+            objects: vec![
+                Object {
+                    path: "/bin/prog".into(),
+                    build_id: "abcd".into(),
+                    start: 0x1000,
+                    end: 0x2000,
+                    file_offset: 0x1000,
+                },
+                Object {
+                    path: "/lib/libc.so.6".into(),
+                    build_id: String::new(),
+                    start: 0x7000,
+                    end: 0x8000,
+                    file_offset: 0,
+                },
+            ],
+            stacks: vec![
+                Stack {
+                    bytes: 2048,
+                    blocks: 1,
+                    tids: vec![7, 9],
+                    frames: vec![
+                        Frame {
+                            pc: 0x1010,
+                            object: Some(0),
+                            lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
+                        },
+                        Frame {
+                            pc: 0x7010,
+                            object: Some(1),
+                            lines: vec![],
+                        },
+                    ],
+                },
+                Stack {
+                    bytes: -96,
+                    blocks: -3,
+                    tids: vec![7],
+                    frames: vec![Frame {
+                        pc: 0x1010,
+                        object: Some(0),
+                        lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
+                    }],
+                },
+            ],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn folded_stacks_name_every_function_outermost_first() {
+        assert_eq!(sample().folded(), "0x7010;main;inlined 2048\nmain;inlined -96\n");
+    }
+}

@@ -1,0 +1,305 @@
+//! Return addresses to functions, files and lines, without gdb: from a process's mappings and
+//! each mapped object's ELF symbols and DWARF, through the gimli project's `addr2line` (which
+//! reads DWARF with `gimli` and ELF with `object`, and demangles C++ and Rust names).
+//!
+//! Each object is opened once and kept; so is the answer for each address. An object without
+//! DWARF of its own is looked up in the system's detached debug files by its build id
+//! (`/usr/lib/debug/.build-id/xx/yyyy.debug`, where Debian's `-dbg` and `-dbgsym` packages put
+//! them), and falls back to its symbol table, which gives the function but no line.
+
+use crate::elf::ElfObject;
+use crate::mappings::Mappings;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// One frame of a symbolised stack. An address inside inlined code gives several frames with
+/// the same `pc`: the inlined functions innermost first, then the function they were inlined
+/// into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub pc: u64,
+    /// Demangled.
+    pub function: Option<String>,
+    /// How far `pc` lies into the function's symbol, when the symbol table knows it.
+    pub offset: Option<u64>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// The mapped file `pc` is in.
+    pub object: Option<Rc<Path>>,
+    /// This frame was inlined into the next one.
+    pub inlined: bool,
+}
+
+impl Frame {
+    pub fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
+        Frame {
+            pc,
+            function: None,
+            offset: None,
+            file: None,
+            line: None,
+            object,
+            inlined: false,
+        }
+    }
+
+    /// `function+0x1a (file.c:12) in libfoo.so`, leaving out what is unknown.
+    pub fn describe(&self) -> String {
+        let mut s = match &self.function {
+            Some(f) => match self.offset {
+                Some(o) if !self.inlined => format!("{f}+{o:#x}"),
+                _ => f.clone(),
+            },
+            None => format!("{:#x}", self.pc),
+        };
+        if let Some(file) = &self.file {
+            match self.line {
+                Some(l) => s.push_str(&format!(" ({file}:{l})")),
+                None => s.push_str(&format!(" ({file})")),
+            }
+        }
+        if self.inlined {
+            s.push_str(" [inlined]");
+        }
+        if let Some(name) = self.object.as_deref().and_then(Path::file_name) {
+            s.push_str(&format!(" in {}", name.to_string_lossy()));
+        }
+        s
+    }
+}
+
+/// One mapped object, opened for symbolisation.
+pub struct Object {
+    pub elf: ElfObject,
+    path: Rc<Path>,
+    /// Symbols and, where there is DWARF, lines.
+    own: Option<addr2line::Loader>,
+    /// The detached debug file found by build id, if the object has no DWARF of its own.
+    debug: Option<addr2line::Loader>,
+}
+
+impl Object {
+    fn open(path: &Path) -> Option<Object> {
+        let elf = ElfObject::open(path).ok()?;
+        let own = addr2line::Loader::new(path).ok();
+        let has_lines = own
+            .as_ref()
+            .is_some_and(|l| l.get_section_range(b".debug_info").is_some());
+        let debug = if has_lines {
+            None
+        } else {
+            elf.build_id_hex()
+                .filter(|id| id.len() > 2)
+                .map(|id| {
+                    PathBuf::from(format!(
+                        "/usr/lib/debug/.build-id/{}/{}.debug",
+                        &id[..2],
+                        &id[2..]
+                    ))
+                })
+                .filter(|p| p.is_file())
+                .and_then(|p| addr2line::Loader::new(p).ok())
+        };
+        Some(Object {
+            elf,
+            path: Rc::from(path),
+            own,
+            debug,
+        })
+    }
+
+    /// The frames at link-time address `probe` (already moved back into the call instruction).
+    fn frames(&self, pc: u64, probe: u64) -> Vec<Frame> {
+        let object = Some(self.path.clone());
+        let symbol = self
+            .own
+            .as_ref()
+            .and_then(|l| l.find_symbol_info(probe))
+            .or_else(|| self.debug.as_ref().and_then(|l| l.find_symbol_info(probe)));
+        let mut out = Vec::new();
+        for loader in [self.debug.as_ref(), self.own.as_ref()].into_iter().flatten() {
+            let Ok(mut it) = loader.find_frames(probe) else {
+                continue;
+            };
+            while let Ok(Some(f)) = it.next() {
+                let mut fr = Frame::bare(pc, object.clone());
+                fr.function = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.demangle().ok())
+                    .map(|n| n.into_owned());
+                if let Some(loc) = f.location {
+                    fr.file = loc.file.map(str::to_owned);
+                    fr.line = loc.line;
+                }
+                fr.inlined = true;
+                out.push(fr);
+            }
+            if !out.is_empty() {
+                break;
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            // Only the outermost frame is a real function with a symbol.
+            last.inlined = false;
+            if let Some(sym) = &symbol {
+                last.offset = Some(probe + 1 - sym.address());
+                if last.function.is_none() {
+                    last.function = Some(demangle(sym.name()));
+                }
+            }
+        } else {
+            let mut fr = Frame::bare(pc, object);
+            if let Some(sym) = symbol {
+                fr.function = Some(demangle(sym.name()));
+                fr.offset = Some(probe + 1 - sym.address());
+            }
+            out.push(fr);
+        }
+        out
+    }
+}
+
+fn demangle(name: &str) -> String {
+    addr2line::demangle_auto(name.into(), None).into_owned()
+}
+
+/// Symbolises the addresses of one process, given its mappings.
+pub struct Symbolizer {
+    maps: Mappings,
+    objects: HashMap<PathBuf, Option<Rc<Object>>>,
+    pcs: HashMap<u64, Rc<[Frame]>>,
+}
+
+impl Symbolizer {
+    pub fn new(maps: Mappings) -> Symbolizer {
+        Symbolizer {
+            maps,
+            objects: HashMap::new(),
+            pcs: HashMap::new(),
+        }
+    }
+
+    /// Takes new mappings (a running process may have loaded or unloaded libraries), keeping
+    /// the objects already opened.
+    pub fn set_mappings(&mut self, maps: Mappings) {
+        if maps.list != self.maps.list {
+            self.maps = maps;
+            self.pcs.clear();
+        }
+    }
+
+    /// The object at `path`, opened once.
+    pub fn object(&mut self, path: &Path) -> Option<Rc<Object>> {
+        self.objects
+            .entry(path.to_path_buf())
+            .or_insert_with(|| Object::open(path).map(Rc::new))
+            .clone()
+    }
+
+    /// The frames of return address `pc`: more than one when the call was inlined.
+    pub fn frames(&mut self, pc: u64) -> Rc<[Frame]> {
+        if let Some(f) = self.pcs.get(&pc) {
+            return f.clone();
+        }
+        let frames: Rc<[Frame]> = self.lookup(pc).into();
+        self.pcs.insert(pc, frames.clone());
+        frames
+    }
+
+    fn lookup(&mut self, pc: u64) -> Vec<Frame> {
+        let Some(m) = self.maps.find(pc).cloned() else {
+            return vec![Frame::bare(pc, None)];
+        };
+        let Some(path) = m.path.clone() else {
+            return vec![Frame::bare(pc, None)];
+        };
+        let Some(obj) = self.object(&path) else {
+            return vec![Frame::bare(pc, Some(Rc::from(path.as_path())))];
+        };
+        // A return address points after the call: look up the byte before it, in the call.
+        let Some(probe) = obj.elf.vaddr_of_offset(pc - m.start + m.offset) else {
+            return vec![Frame::bare(pc, Some(obj.path.clone()))];
+        };
+        obj.frames(pc, probe.wrapping_sub(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn return_address_here() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A C++ fixture, mapped (on paper) at an address of our choosing: its function comes out
+    /// demangled, with its source file and line from DWARF.
+    #[test]
+    fn names_a_cpp_function_with_its_line() {
+        let exe = std::path::Path::new(env!("OUT_DIR")).join("fixtures/leak_cxx");
+        let cache = object::read::ReadCache::new(std::fs::File::open(&exe).unwrap());
+        let file = object::File::parse(&cache).unwrap();
+        use object::{Object, ObjectSymbol};
+        let sym = file
+            .symbols()
+            .find(|s| {
+                s.name()
+                    .is_ok_and(|n| n.starts_with("_Z") && n.contains("make_a"))
+            })
+            .expect("make_a's mangled symbol");
+        let base = 0x5555_0000_0000u64;
+        let maps = Mappings::new(vec![crate::mappings::Mapping {
+            start: base,
+            end: base + 0x10_0000,
+            offset: 0,
+            path: Some(exe.clone()),
+            readable: true,
+            executable: true,
+            build_id: None,
+        }]);
+        let mut s = Symbolizer::new(maps);
+        // The fixture's first segment maps file offset 0 at address 0, so the address in the
+        // "process" is the base plus the symbol's value; 4 bytes in, as a return address.
+        let frames = s.frames(base + sym.address() + 4);
+        let f = frames.last().unwrap();
+        let name = f.function.as_deref().unwrap_or("");
+        assert!(name.contains("make_a") && !name.starts_with("_Z"), "{frames:?}");
+        assert!(
+            f.file.as_deref().unwrap_or("").ends_with("leak_cxx.cpp"),
+            "{frames:?}"
+        );
+        assert!(f.line.unwrap_or(0) > 0, "{frames:?}");
+        assert_eq!(f.offset, Some(4), "{frames:?}");
+        assert!(
+            f.describe().starts_with(&format!("{name}+0x4 (")),
+            "{}",
+            f.describe()
+        );
+    }
+
+    /// This test binary symbolises itself: the function's Rust name, demangled, from DWARF
+    /// (release builds keep line tables) or the symbol table.
+    #[test]
+    fn names_a_function_of_this_binary() {
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let mut s = Symbolizer::new(maps);
+        // Two bytes into the function: as if a call in it returned there.
+        let pc = return_address_here as *const () as u64 + 2;
+        assert_eq!(return_address_here(), 7);
+        let frames = s.frames(pc);
+        let last = frames.last().unwrap();
+        let name = last.function.as_deref().unwrap_or("");
+        assert!(name.contains("return_address_here"), "{frames:?}");
+        assert!(!name.starts_with("_ZN"), "demangled: {name}");
+        assert_eq!(
+            last.object.as_deref(),
+            Some(std::env::current_exe().unwrap().as_path())
+        );
+        assert!(Rc::ptr_eq(&frames, &s.frames(pc)), "answers are cached");
+        let nowhere = s.frames(8);
+        assert_eq!((nowhere.len(), nowhere[0].function.as_deref()), (1, None));
+    }
+}

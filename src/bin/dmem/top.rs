@@ -1,0 +1,377 @@
+//! `dmem top PID`: every few seconds, the stacks holding the most live bytes in a running
+//! process, how much each grew since the first sample and how (see `growth`), read from the
+//! process's lists without stopping it.
+//!
+//! A stack is known by its return addresses, which stay put in one running process, so it keeps
+//! its identity (and its series of samples) from one sample to the next.
+
+use crate::cli::TopArgs;
+use crate::growth::{self, Class};
+use crate::heapwalk::{self, WalkOptions};
+use crate::live::{self, LiveProcess};
+use crate::mappings::Mappings;
+use crate::stacks;
+use crate::symbolize::{Frame, Symbolizer};
+use crate::sys::{self, INTERRUPTED};
+use crate::Result;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One stack's history: bytes and blocks at every sample since the first (zero where the stack
+/// had no live block).
+struct History {
+    bytes: Vec<u64>,
+    blocks: Vec<u64>,
+}
+
+/// All that is known between samples.
+struct Watch {
+    /// Seconds since the first sample, per sample.
+    times: Vec<f64>,
+    stacks: HashMap<Box<[u64]>, History>,
+    sym: Symbolizer,
+}
+
+/// What one stack looks like in a sample.
+struct Row {
+    pcs: Box<[u64]>,
+    bytes: u64,
+    blocks: u64,
+    delta_bytes: i64,
+    rate_per_min: i64,
+    class: Class,
+}
+
+#[derive(Serialize)]
+struct JsonFrame {
+    pc: String,
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    object: Option<String>,
+}
+
+#[derive(Serialize)]
+struct JsonStack {
+    bytes: u64,
+    blocks: u64,
+    delta_bytes: i64,
+    rate_bytes_per_min: i64,
+    class: Class,
+    frames: Vec<JsonFrame>,
+}
+
+#[derive(Serialize)]
+struct JsonSample {
+    time: f64,
+    live_bytes: u64,
+    live_blocks: u64,
+    read_ms: f64,
+    inconsistent_lists: usize,
+    stacks: Vec<JsonStack>,
+}
+
+pub fn main(args: TopArgs) -> Result<i32> {
+    let target = live::open(args.pid)?;
+    sys::catch_interrupt();
+    let mut watch = Watch {
+        times: Vec::new(),
+        stacks: HashMap::new(),
+        sym: Symbolizer::new(target.maps.clone()),
+    };
+    let interval = Duration::from_secs_f64(args.interval);
+    let started = Instant::now();
+    let mut ended = false;
+    let out = std::io::stdout();
+    loop {
+        let when = SystemTime::now();
+        let t0 = Instant::now();
+        let walk = match heapwalk::walk(&target.mem, &target.layout, WalkOptions::default()) {
+            Ok(w) => w,
+            Err(heapwalk::Denied(e)) => {
+                if !live::alive(target.pid) {
+                    ended = true;
+                    break;
+                }
+                return Err(live::refused(target.pid, &e));
+            }
+        };
+        let groups = stacks::group(&walk);
+
+        let read = t0.elapsed();
+        let sample = watch.times.len();
+        // The blocks were read over the whole read: date them at its middle.
+        watch
+            .times
+            .push(t0.duration_since(started).as_secs_f64() + read.as_secs_f64() / 2.0);
+        for g in &groups {
+            let h = watch
+                .stacks
+                .entry(walk.stacks[g.stack as usize].clone())
+                .or_insert_with(|| History {
+                    bytes: vec![0; sample],
+                    blocks: vec![0; sample],
+                });
+            h.bytes.push(g.bytes);
+            h.blocks.push(g.blocks);
+        }
+        for h in watch.stacks.values_mut() {
+            // Stacks with no live block in this sample.
+            h.bytes.resize(sample + 1, 0);
+            h.blocks.resize(sample + 1, 0);
+        }
+        if let Ok(maps) = Mappings::of_process(target.pid) {
+            watch.sym.set_mappings(maps);
+        }
+        let rows = watch.rows(args.limit, |h| *h.bytes.last().unwrap_or(&0));
+        let live_blocks = walk.blocks.len() as u64;
+        let live_bytes = walk.live_bytes();
+        let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
+        let mut o = out.lock();
+        let written = if args.json {
+            let s = JsonSample {
+                time: (when.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3).round() / 1e3,
+                live_bytes,
+                live_blocks,
+                read_ms,
+                inconsistent_lists: walk.inconsistent(),
+                stacks: rows.iter().map(|r| watch.json_stack(r)).collect(),
+            };
+            serde_json::to_writer(&mut o, &s)
+                .map_err(std::io::Error::from)
+                .and_then(|_| writeln!(o))
+        } else {
+            let header = format!(
+                "{} pid {} ({}): {} in {} blocks on {} stacks; read in {read_ms:.1} ms; {}",
+                clock(when),
+                target.pid,
+                target.name,
+                bytes_text(live_bytes),
+                thousands(live_blocks),
+                thousands(groups.len() as u64),
+                match walk.inconsistent() {
+                    0 => "every list read whole".to_owned(),
+                    n => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
+                }
+            );
+            writeln!(o, "{header}").and_then(|_| watch.print_rows(&mut o, &rows))
+        };
+        if written.and_then(|_| o.flush()).is_err() {
+            // The reader of our output went away (`| head`).
+            return Ok(0);
+        }
+        drop(o);
+        if args.count.is_some_and(|c| watch.times.len() as u64 >= c) {
+            break;
+        }
+        let next = t0 + interval;
+        while Instant::now() < next && !INTERRUPTED.load(Ordering::SeqCst) {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
+        if !live::alive(target.pid) {
+            ended = true;
+            break;
+        }
+    }
+    if ended {
+        eprintln!("dmem top: process {} ({}) ended", target.pid, target.name);
+    }
+    if INTERRUPTED.load(Ordering::SeqCst) || ended {
+        watch.summary(&target, args.limit, args.json);
+    }
+    Ok(0)
+}
+
+impl Watch {
+    /// The `limit` stacks with the greatest `key`, as rows.
+    fn rows(&self, limit: usize, key: impl Fn(&History) -> u64) -> Vec<Row> {
+        let mut all: Vec<(&Box<[u64]>, &History)> = self.stacks.iter().collect();
+        all.sort_by(|a, b| key(b.1).cmp(&key(a.1)).then_with(|| a.0.cmp(b.0)));
+        let elapsed_min = match (self.times.first(), self.times.last()) {
+            (Some(first), Some(last)) => (last - first) / 60.0,
+            _ => 0.0,
+        };
+        all.into_iter()
+            .filter(|(_, h)| key(h) > 0)
+            .take(limit)
+            .map(|(pcs, h)| {
+                let (first, last) = (h.bytes[0], *h.bytes.last().unwrap_or(&0));
+                let delta = last as i64 - first as i64;
+                let series: Vec<(f64, u64)> =
+                    self.times.iter().copied().zip(h.bytes.iter().copied()).collect();
+                Row {
+                    pcs: pcs.clone(),
+                    bytes: last,
+                    blocks: *h.blocks.last().unwrap_or(&0),
+                    delta_bytes: delta,
+                    rate_per_min: if elapsed_min > 0.0 {
+                        (delta as f64 / elapsed_min).round() as i64
+                    } else {
+                        0
+                    },
+                    class: growth::classify(&series),
+                }
+            })
+            .collect()
+    }
+
+    fn frames(&mut self, pcs: &[u64]) -> Vec<Frame> {
+        pcs.iter()
+            .flat_map(|&pc| self.sym.frames(pc).iter().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    fn json_stack(&mut self, r: &Row) -> JsonStack {
+        JsonStack {
+            bytes: r.bytes,
+            blocks: r.blocks,
+            delta_bytes: r.delta_bytes,
+            rate_bytes_per_min: r.rate_per_min,
+            class: r.class,
+            frames: self
+                .frames(&r.pcs)
+                .into_iter()
+                .map(|f| JsonFrame {
+                    pc: format!("{:#x}", f.pc),
+                    function: f.function,
+                    file: f.file,
+                    line: f.line,
+                    object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
+                })
+                .collect(),
+        }
+    }
+
+    fn print_rows(&mut self, o: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
+        if rows.is_empty() {
+            return writeln!(o);
+        }
+        writeln!(
+            o,
+            "{:>14} {:>10} {:>14} {:>14}  class",
+            "bytes", "blocks", "change", "per minute"
+        )?;
+        for r in rows {
+            writeln!(
+                o,
+                "{:>14} {:>10} {:>14} {:>14}  {}",
+                thousands(r.bytes),
+                thousands(r.blocks),
+                signed(r.delta_bytes),
+                signed(r.rate_per_min),
+                r.class.name()
+            )?;
+            for f in self.frames(&r.pcs) {
+                writeln!(o, "        {}", short_frame(&f))?;
+            }
+        }
+        writeln!(o)
+    }
+
+    /// After Ctrl-C or the end of the process: what grew most over the whole watch.
+    fn summary(&mut self, target: &LiveProcess, limit: usize, json: bool) {
+        let n = self.times.len();
+        let span = self.times.last().copied().unwrap_or(0.0);
+        let growth = |h: &History| {
+            let d = *h.bytes.last().unwrap_or(&0) as i64 - h.bytes[0] as i64;
+            d.max(0) as u64
+        };
+        let rows = self.rows(limit, growth);
+        // In JSON mode stdout holds only samples; the summary goes to stderr for the person.
+        let mut o: Box<dyn Write> = if json {
+            Box::new(std::io::stderr())
+        } else {
+            Box::new(std::io::stdout())
+        };
+        let _ = writeln!(
+            o,
+            "summary of pid {} ({}): {n} samples over {span:.1} s; {}",
+            target.pid,
+            target.name,
+            if rows.is_empty() {
+                "no stack grew".to_owned()
+            } else {
+                format!("the stacks that grew most ({})", rows.len())
+            }
+        );
+        let _ = self.print_rows(&mut o, &rows);
+    }
+}
+
+/// A frame for the text output: the file name alone, not its directory.
+pub fn short_frame(f: &Frame) -> String {
+    let mut f = f.clone();
+    if let Some(file) = &f.file {
+        f.file = Some(
+            std::path::Path::new(file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.clone()),
+        );
+    }
+    f.describe()
+}
+
+pub fn thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn signed(v: i64) -> String {
+    let sign = if v > 0 {
+        "+"
+    } else if v < 0 {
+        "-"
+    } else {
+        ""
+    };
+    format!("{sign}{}", thousands(v.unsigned_abs()))
+}
+
+pub fn bytes_text(v: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if v < 1024 {
+        return format!("{v} bytes");
+    }
+    let (mut x, mut unit) = (v as f64 / 1024.0, 0);
+    while x >= 1024.0 && unit < UNITS.len() - 1 {
+        x /= 1024.0;
+        unit += 1;
+    }
+    format!("{x:.1} {} ({} bytes)", UNITS[unit], thousands(v))
+}
+
+/// `HH:MM:SS` of a time, UTC: the launcher carries no time-zone database.
+pub fn clock(t: SystemTime) -> String {
+    let s = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(signed(-4096), "-4,096");
+        assert_eq!(signed(12), "+12");
+        assert_eq!(bytes_text(512), "512 bytes");
+        assert_eq!(bytes_text(3 << 20), "3.0 MiB (3,145,728 bytes)");
+        assert_eq!(clock(UNIX_EPOCH + Duration::from_secs(86_400 + 3661)), "01:01:01");
+    }
+}
