@@ -185,7 +185,13 @@ impl Symbolizer {
     /// the objects already opened, and the answers too unless a file's mapping changed:
     /// anonymous memory comes and goes with every large malloc and names no function.
     pub fn set_mappings(&mut self, maps: Mappings) {
-        let files = |m: &Mappings| m.list.iter().filter(|m| m.path.is_some()).cloned().collect::<Vec<_>>();
+        let files = |m: &Mappings| {
+            m.list
+                .iter()
+                .filter(|m| m.path.is_some())
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         if files(&maps) != files(&self.maps) {
             self.pcs.clear();
         }
