@@ -98,8 +98,12 @@ def main():
             cpu.append(c)
         a, r = statistics.median(alone), statistics.median(read)
         print(f"storm: {args.storm_threads} threads, {args.storm_seconds:g} s per run, {args.rounds} rounds")
-        print(f"storm: operations alone {a:,.0f}, read every second {r:,.0f}: "
+        print(f"storm: operations alone {a:,.0f}, read every second {r:,.0f} (medians): "
               f"{100 * (a - r) / a:+.1f}% lost (runs alone: {alone}, read: {read})")
+        ma, mr = statistics.mean(alone), statistics.mean(read)
+        spread = 100 * statistics.stdev(alone) / ma if len(alone) > 1 else 0.0
+        print(f"storm: means {ma:,.0f} and {mr:,.0f}: {100 * (ma - mr) / ma:+.1f}% lost; "
+              f"the runs alone vary by {spread:.0f}% (standard deviation)")
         # On a machine whose cores the storm keeps busy, the reader can take no more from the
         # storm than the processor time it used itself: a bound that machine noise cannot blur.
         c = statistics.median(cpu)

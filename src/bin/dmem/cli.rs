@@ -388,6 +388,14 @@ pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
     out
 }
 
+/// The error for a word given to a subcommand that takes none, with a hint of what to do.
+pub fn no_words(word: Option<OsString>, hint: &str) -> crate::Result<()> {
+    match word {
+        Some(w) => Err(crate::usage(format!("unexpected '{}'; {hint}", show(&w)))),
+        None => Ok(()),
+    }
+}
+
 /// A path for messages: lossy, but readable.
 pub fn show(p: impl AsRef<OsStr>) -> String {
     p.as_ref().to_string_lossy().into_owned()

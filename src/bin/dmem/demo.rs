@@ -4,15 +4,10 @@
 use crate::cli::{self, show};
 use crate::report::{self, Sink};
 use crate::run::{self, Spec};
-use crate::{failed, locate, usage, Result};
+use crate::{failed, locate, Result};
 
 pub fn main(args: cli::DemoArgs) -> Result<i32> {
-    if let Some(w) = args.unexpected {
-        return Err(usage(format!(
-            "unexpected '{}'; see 'dmem demo --help'",
-            show(&w)
-        )));
-    }
+    cli::no_words(args.unexpected, "see 'dmem demo --help'")?;
     let dir = args.dir;
     // One fixed place by default, so running the demo again replaces its core instead of adding
     // another.

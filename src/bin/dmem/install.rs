@@ -16,12 +16,7 @@ use std::path::{Path, PathBuf};
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
 
 pub fn main(args: cli::InstallArgs) -> Result<i32> {
-    if let Some(w) = args.unexpected {
-        return Err(usage(format!(
-            "unexpected '{}'; give the directory with --prefix DIR",
-            show(&w)
-        )));
-    }
+    cli::no_words(args.unexpected, "give the directory with --prefix DIR")?;
     let prefix = args.prefix;
     let prefix = match prefix {
         Some(p) => p,

@@ -182,12 +182,20 @@ impl Symbolizer {
     }
 
     /// Takes new mappings (a running process may have loaded or unloaded libraries), keeping
-    /// the objects already opened.
+    /// the objects already opened, and the answers too unless a file's mapping changed:
+    /// anonymous memory comes and goes with every large malloc and names no function.
     pub fn set_mappings(&mut self, maps: Mappings) {
-        if maps.list != self.maps.list {
-            self.maps = maps;
+        let files = |m: &Mappings| {
+            m.list
+                .iter()
+                .filter(|m| m.path.is_some())
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        if files(&maps) != files(&self.maps) {
             self.pcs.clear();
         }
+        self.maps = maps;
     }
 
     /// The object at `path`, opened once.
