@@ -350,6 +350,7 @@ fn top_classifies_growth_and_never_stops_the_process() {
     // SAFETY: kill sends a signal to our own child.
     unsafe { libc::kill(target.pid, libc::SIGSTOP) };
     std::thread::sleep(Duration::from_millis(150));
+    // SAFETY: as above: resumes our own child.
     unsafe { libc::kill(target.pid, libc::SIGCONT) };
     std::thread::sleep(Duration::from_millis(20));
     let stopped = longest_gap(&heartbeats(&hb), stop_from, monotonic_ns());
