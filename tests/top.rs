@@ -233,6 +233,12 @@ impl Watcher {
                 std::thread::sleep(Duration::from_millis(3));
             }
         });
+        // A read that starts at once must find a reading before it: wait for the first.
+        let t = Instant::now();
+        while readings.lock().unwrap().is_empty() {
+            assert!(t.elapsed() < LIMIT, "the counters could not be read");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Watcher {
             stop,
             readings,
@@ -242,6 +248,8 @@ impl Watcher {
     }
 
     fn finish(mut self) -> (Vec<Reading>, Vec<String>) {
+        // And a read that ended just now must find a reading after it.
+        std::thread::sleep(Duration::from_millis(30));
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().unwrap().join().unwrap();
         let r = self.readings.lock().unwrap().clone();
