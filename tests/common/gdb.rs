@@ -123,8 +123,27 @@ pub fn stop_at_exit(preload: Option<&Path>, opts: &str) -> Vec<String> {
 }
 
 /// A core of `prog` run WITHOUT libdmem: gdb stops it at exit and writes the core with gcore.
+/// The launcher cannot make this one: it always preloads the library, and writes a core only
+/// when the program aborts or crashes.
 pub fn plain_core(dir: &Path, prog: &Path) -> PathBuf {
-    crate::common::gcore_after(dir, &stop_at_exit(None, ""), "core.plain", prog, &[])
+    let core = dir.join("core.plain");
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-batch", "-nx", "-q"])
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD");
+    for c in stop_at_exit(None, "") {
+        cmd.arg("-ex").arg(c);
+    }
+    cmd.arg("-ex").arg(format!("gcore {}", core.display()));
+    cmd.args(["-ex", "kill", "--args"]).arg(prog);
+    let out = output(&mut cmd);
+    assert!(
+        core.exists(),
+        "gcore wrote no core: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    core
 }
 
 /// Runs a Python interpreter on the unit tests of the pure module; returns (success, report).
