@@ -2,7 +2,7 @@
 //! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
 
 use crate::cli::{self, show};
-use crate::report::{self, Sink};
+use crate::gdb_driver::{self, Sink};
 use crate::run::{self, Spec};
 use crate::{failed, locate, Result};
 
@@ -65,7 +65,7 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     println!("Then see which allocation stacks hold the memory that was never freed:");
     println!();
     println!("$ dmem report ./driver {core_name}");
-    report::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
+    gdb_driver::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
     println!();
     println!("Next, in {}:", show(&dir));
     println!("  dmem report ./driver {core_name} stacks            every block with its stack");

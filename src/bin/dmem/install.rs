@@ -10,7 +10,7 @@
 //! ```
 
 use crate::cli::{self, show};
-use crate::{failed, locate, report, usage, Result};
+use crate::{failed, gdb_driver, locate, usage, Result};
 use std::path::{Path, PathBuf};
 
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
@@ -171,7 +171,7 @@ else:
             .unwrap_or(Path::new(""))
             .join("lib")
             .display(),
-        literal = report::python_bytes(script),
+        literal = gdb_driver::python_bytes(script),
     )
 }
 
@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn python_literals_keep_every_byte() {
         assert_eq!(
-            report::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
+            gdb_driver::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
             "b\"/a b/\\\"q\\\"/\\xc3\\xa9\""
         );
     }
