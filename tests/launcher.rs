@@ -358,6 +358,18 @@ fn demo_prints_the_leak_report_of_the_example() {
         "{stdout}"
     );
     assert!(is_core(&dir.join("core")));
+    assert!(
+        stdout.contains("$ cc -g -O2 -o driver driver.c"),
+        "the example is compiled in view: {stdout}"
+    );
+
+    // Without a C compiler there is no example to run: one line says so.
+    let empty = dir.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = run(dmem().args(["demo", "--dir"]).arg(&dir).env("PATH", &empty));
+    let err = text(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert!(err.contains("no C compiler 'cc'"), "{err}");
 }
 
 #[test]
@@ -375,7 +387,6 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
         "lib/libdmem.so-gdb.py",
         "share/dmem/dmem.py",
         "share/dmem/dmemlib/session.py",
-        "share/dmem/examples/driver",
     ] {
         assert!(
             prefix.join(f).is_file(),
@@ -407,7 +418,7 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
 
     // A core of a program run by the installed launcher maps the installed library, so gdb
     // loads the dmem commands by itself once the directory is in its safe path.
-    let driver = prefix.join("share/dmem/examples/driver");
+    let driver = fixture("driver");
     let out = run(installed()
         .args(["run", "-o", "abort-shutdown", "--core-dir", "cores", "--"])
         .arg(&driver));

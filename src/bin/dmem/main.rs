@@ -5,7 +5,7 @@
 //!
 //! It is a separate binary of this package so that none of its dependencies end up in the
 //! preloaded library. One job per module: `cli` declares the command line (clap) and folds its
-//! errors into one line, `locate` finds the library, the script, the example and gdb, `run`
+//! errors into one line, `locate` finds the library, the script, the C compiler and gdb, `run`
 //! starts the program, `corefile` finds the core it left, `gdb_driver` drives gdb (it is
 //! `dmem report`), `flamegraph` renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
 //! holds the few calls into libc. Reading a heap without gdb: `memory` reads another process's
