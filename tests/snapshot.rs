@@ -38,14 +38,6 @@ fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
-fn have_gdb() -> bool {
-    if which("gdb").is_none() {
-        eprintln!("skipped: gdb is not installed (.ci/run installs it)");
-        return false;
-    }
-    true
-}
-
 /// A python3 that can import Google's protobuf package: Debian's (python3-protobuf), else the
 /// first on PATH. None, with a line saying so, when neither can.
 fn protobuf_python() -> Option<PathBuf> {
@@ -312,17 +304,8 @@ impl WaitTimeout for Child {
 /// A core of the running process `pid`, written by gdb's gcore (which stops it only for that).
 fn gcore(dir: &Path, pid: &str, name: &str) -> PathBuf {
     let core = dir.join(name);
-    let out = run(Command::new("gdb")
-        .args(["-batch", "-nx", "-q", "-p", pid, "-ex"])
-        .arg(format!("gcore {}", core.display()))
-        .env_remove("LD_PRELOAD"));
-    assert!(
-        core.is_file(),
-        "gcore wrote no core: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    core
+    let out = run(gdbrun::gcore_command(dir, &[], &core).args(["-p", pid]));
+    gdbrun::written_core(core, &out)
 }
 
 fn diff_json(args: &[&std::ffi::OsStr]) -> Value {
@@ -374,7 +357,7 @@ fn a_diff_ranks_the_stack_that_grew_first_with_the_exact_growth() {
             .args(["snapshot", &pid, "--format", "json", "-o"])
             .arg(&base_json),
     );
-    let gdb = have_gdb();
+    let gdb = gdbrun::have_gdb();
     let core1 = gdb.then(|| gcore(&dir, &pid, "core.1"));
     g.step();
     g.expect("ready 2");
@@ -519,7 +502,7 @@ fn bad_sources_get_one_clear_line() {
 
 #[test]
 fn a_core_of_a_program_without_the_library_is_refused() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("snapshot-plain");

@@ -47,6 +47,16 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether `tool` is on PATH. A test that needs a missing tool calls this, returns early and
+/// so passes, after this prints that it skips (CI installs every tool).
+pub fn have_tool(tool: &str) -> bool {
+    if which(tool).is_some() {
+        return true;
+    }
+    eprintln!("skipping: {tool} is not installed here (.ci/run installs it)");
+    false
+}
+
 /// A command with libdmem preloaded (before `extra_preload`, e.g. another allocator) and
 /// `DMEM_OPTS` set.
 pub fn preloaded(prog: impl AsRef<std::ffi::OsStr>, opts: &str, extra_preload: Option<&Path>) -> Command {

@@ -4,7 +4,7 @@
 use crate::cli::{self, show};
 use crate::gdb_driver::{self, Sink};
 use crate::run::{self, Spec};
-use crate::{failed, locate, Result};
+use crate::{failed, last_line, locate, Result};
 use std::path::Path;
 use std::process::Command;
 
@@ -89,15 +89,10 @@ fn compile_example(cc: &Path, dir: &Path) -> Result<std::path::PathBuf> {
         .output()
         .map_err(|e| failed(format!("cannot run the C compiler {}: {e}", show(cc))))?;
     if !out.status.success() || !driver.is_file() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
         return Err(failed(format!(
-            "compiling the example program in {} failed: {last}",
-            show(dir)
+            "compiling the example program in {} failed: {}",
+            show(dir),
+            last_line(&out.stderr)
         )));
     }
     Ok(driver)

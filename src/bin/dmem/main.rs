@@ -67,6 +67,17 @@ pub fn failed(msg: impl fmt::Display) -> Fail {
 
 pub type Result<T> = std::result::Result<T, Fail>;
 
+/// The last non-blank line a failed tool wrote to its standard error, for a one-line message.
+pub fn last_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .to_owned()
+}
+
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let status = match cli::parse(args) {
