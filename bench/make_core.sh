@@ -1,8 +1,9 @@
 #!/bin/sh
 # Makes a core of a fixture for the core-analysis benches: builds c-fixtures/FIXTURE.c into WORK
-# (once), runs it with COUNT and SIZE under the release libdmem.so copied into WORK with
-# abort-shutdown, and moves the core it leaves to WORK/NAME. Where core_pattern pipes cores to a
-# crash handler, gdb stops the program at its abort and writes the core with gcore instead.
+# (once) and runs it with COUNT and SIZE through the launcher, `dmem run -o abort-shutdown`, with
+# the release libdmem.so copied into WORK. The launcher decides who writes the core (the kernel,
+# or gdb's gcore where core_pattern pipes cores to a crash handler); the core it reports is moved
+# to WORK/NAME. Needs `cargo build --release` first.
 #
 #   bench/make_core.sh WORK FIXTURE CFLAGS COUNT SIZE NAME
 set -eu
@@ -15,16 +16,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 echo "making a core with $count live blocks of $size bytes..."
 cd "$work"
-rm -f "$work"/core "$work"/core.[0-9]*
-if head -c1 /proc/sys/kernel/core_pattern | grep -q '|'; then
-    gdb -batch -nx -q -ex "set environment LD_PRELOAD=$work/libdmem.so" \
-        -ex "set environment DMEM_OPTS=abort-shutdown" -ex run -ex "gcore $work/core" \
-        -ex kill --args "./$fixture" "$count" "$size" >/dev/null 2>&1
-else
-    (ulimit -c unlimited; DMEM_OPTS=abort-shutdown LD_PRELOAD="$work/libdmem.so" \
-        "./$fixture" "$count" "$size") >/dev/null 2>&1 || true
-fi
-core=$(ls "$work"/core "$work"/core.[0-9]* 2>/dev/null | head -n1)
-[ -n "$core" ] || { echo "no core was written (core_pattern: $(cat /proc/sys/kernel/core_pattern))" >&2; exit 1; }
+# The launcher names the core on its standard error, after the program's own output.
+core=$(DMEM_LIB="$work/libdmem.so" "$root/target/release/dmem" run -o abort-shutdown \
+    --core-dir "$work" -- "./$fixture" "$count" "$size" 2>&1 >/dev/null |
+    sed -n 's/^dmem: core file: //p' | tail -n1) || true
+[ -n "$core" ] && [ -f "$core" ] || { echo "dmem run reported no core" >&2; exit 1; }
 mv "$core" "$work/$name"
 echo "core: $(du -m "$work/$name" | cut -f1) MB"

@@ -4,43 +4,47 @@ mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
 
-use common::{fixture, scratch_dir, text};
-use std::path::{Path, PathBuf};
+use common::{dmem, fixture, lib_path, make_core, reported_core, scratch_dir, text};
+use serde_json::Value;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-fn dmem() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmem"));
-    // The launcher must find everything by itself, whatever the test's environment holds.
-    // Without CARGO it does not take itself for started by `cargo run` (cargo test sets the same
-    // variables), which would have it build the library again from every test.
-    for var in ["DMEM_LIB", "DMEM_GDB_SCRIPT", "DMEM_OPTS", "LD_PRELOAD", "CARGO"] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
 
 fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("spawn dmem")
 }
 
-/// Runs `prog args` under `dmem run -o abort-shutdown` in `dir` and returns the core it reports.
-fn core_of(dir: &Path, prog: &Path, args: &[&str]) -> PathBuf {
-    let out = run(dmem()
-        .args(["run", "-o", "abort-shutdown", "--"])
-        .arg(prog)
-        .args(args)
-        .current_dir(dir));
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(134), "{err}");
-    let line = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .unwrap_or_else(|| {
-            panic!("dmem run named no core file:\n{err}");
-        });
-    let core = PathBuf::from(line);
-    assert!(core.is_file(), "{} does not exist", core.display());
-    core
+/// The last line of the driver's summary as text: the one block it leaked.
+const DRIVER_TOTAL: &str = "total: 2048 bytes in 1 block from 1 stack";
+
+/// Parses what a `--json` command printed.
+fn json(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+/// Whether a stack (a `--json` frame list) has a frame in `function`.
+fn has_frame(stack: &Value, function: &str) -> bool {
+    stack
+        .as_array()
+        .is_some_and(|frames| frames.iter().any(|f| f["function"] == function))
+}
+
+/// Checks `dmem summary --json` of a core of the driver: its one live block is the 2048 bytes
+/// it leaked from main (the 512 it freed are gone).
+fn check_driver_summary(out: &str) {
+    let v = json(out);
+    assert_eq!(v["command"], "summary", "{out}");
+    assert_eq!(
+        (&v["total"]["stacks"], &v["total"]["blocks"], &v["total"]["bytes"]),
+        (&Value::from(1), &Value::from(1), &Value::from(2048)),
+        "{out}"
+    );
+    let stack = &v["stacks"][0];
+    assert_eq!(
+        (&stack["blocks"], &stack["bytes"]),
+        (&Value::from(1), &Value::from(2048)),
+        "{out}"
+    );
+    assert!(has_frame(&stack["stack"], "main"), "{out}");
 }
 
 fn is_core(path: &Path) -> bool {
@@ -84,12 +88,9 @@ fn run_with_abort_shutdown_says_the_abort_was_asked_for_and_where_the_core_is() 
         1,
         "{err}"
     );
-    let core = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .expect(&err);
-    assert!(Path::new(core).starts_with(&dir), "{core}");
-    assert!(is_core(Path::new(core)), "{core} is not a core file");
+    let core = reported_core(&err).expect(&err);
+    assert!(core.starts_with(&dir), "{}", core.display());
+    assert!(is_core(&core), "{} is not a core file", core.display());
     assert!(err.contains("dmem report "), "the next step is named: {err}");
     // The program's own output is untouched.
     assert!(text(&out.stdout).starts_with("ABCDEFG"));
@@ -103,11 +104,7 @@ fn run_core_dir_moves_the_core_there() {
         .arg(fixture("driver"))
         .current_dir(&dir));
     let err = text(&out.stderr);
-    let core = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .expect(&err);
-    let core = Path::new(core);
+    let core = reported_core(&err).expect(&err);
     assert_eq!(core.parent(), Some(dir.join("cores").as_path()), "{err}");
     assert!(
         core.file_name()
@@ -117,7 +114,7 @@ fn run_core_dir_moves_the_core_there() {
             .starts_with("core.driver."),
         "{err}"
     );
-    assert!(is_core(core));
+    assert!(is_core(&core));
 }
 
 #[test]
@@ -136,13 +133,15 @@ fn run_gcore_writes_the_core_through_gdb_and_keeps_the_status() {
         text(&out.stdout).starts_with("ABCDEFG"),
         "the program's output still comes through"
     );
-    let core = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .expect(&err);
-    assert!(is_core(Path::new(core)), "{err}");
-    let report = run(dmem().arg("report").arg(fixture("driver")).arg(core));
-    assert!(text(&report.stdout).contains("2048"), "{}", text(&report.stderr));
+    let core = reported_core(&err).expect(&err);
+    assert!(is_core(&core), "{err}");
+    let report = run(dmem()
+        .arg("report")
+        .arg(fixture("driver"))
+        .arg(&core)
+        .args(["summary", "--json"]));
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    check_driver_summary(&text(&report.stdout));
 
     let out = run(dmem()
         .args(["run", "--gcore", "--"])
@@ -158,19 +157,24 @@ fn report_prints_the_summary_and_nothing_of_gdb() {
         return;
     }
     let dir = scratch_dir("launcher-report");
-    let core = core_of(&dir, &fixture("driver"), &[]);
+    let core = make_core(&dir, &fixture("driver"), &[], "abort-shutdown", &lib_path());
     let out = run(dmem().arg("report").arg(fixture("driver")).arg(&core));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("2048"), "{stdout}");
+    // The report is the summary's text alone: the leaked block's stack, down to main, and the
+    // total (the freed block is not live).
+    let lines: Vec<&str> = stdout.lines().collect();
     assert!(
-        !stdout.contains("512 bytes"),
-        "the freed block is not live: {stdout}"
-    );
-    assert!(
-        stdout.lines().any(|l| l.trim_start().starts_with("main")),
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("stack 1: 2048 bytes in 1 block ")),
         "{stdout}"
     );
+    assert!(
+        lines.iter().any(|l| l.trim_start().starts_with("main")),
+        "{stdout}"
+    );
+    assert_eq!(lines.last(), Some(&DRIVER_TOTAL), "{stdout}");
     for noise in [
         "Core was generated",
         "Program terminated",
@@ -192,22 +196,35 @@ fn report_passes_subcommands_and_their_flags_through() {
         return;
     }
     let dir = scratch_dir("launcher-report-sub");
-    let core = core_of(&dir, &fixture("driver"), &[]);
+    let core = make_core(&dir, &fixture("driver"), &[], "abort-shutdown", &lib_path());
     let report = |words: &[&str]| {
         let out = run(dmem().arg("report").arg(fixture("driver")).arg(&core).args(words));
         assert!(out.status.success(), "{words:?}: {}", text(&out.stderr));
         text(&out.stdout)
     };
-    let json = report(&["stacks", "--json"]);
-    assert!(json.trim_start().starts_with(['{', '[']), "{json}");
-    assert!(json.contains("2048") && json.contains("main"), "{json}");
-    let walk = report(&["walk"]);
-    let addrs: Vec<&str> = walk.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(addrs.len(), 1, "one live block: {walk}");
-    let addr = addrs[0].split_whitespace().next().unwrap();
-    assert!(addr.starts_with("0x"), "{walk}");
-    let whatis = report(&["whatis", addr]);
-    assert!(whatis.contains("2048"), "{whatis}");
+    let out = report(&["stacks", "--json"]);
+    let stacks = json(&out);
+    assert_eq!(stacks["command"], "stacks", "{out}");
+    let blocks = stacks["blocks"].as_array().expect(&out);
+    assert_eq!(blocks.len(), 1, "one live block: {out}");
+    assert_eq!(blocks[0]["size"], 2048, "{out}");
+    assert!(has_frame(&blocks[0]["stack"], "main"), "{out}");
+    let out = report(&["walk", "--json"]);
+    let walk = json(&out);
+    // The one address walk lists is the block's, and whatis finds that block at it.
+    assert_eq!(
+        walk["addrs"],
+        Value::from(vec![blocks[0]["addr"].clone()]),
+        "{out}"
+    );
+    let addr = blocks[0]["addr"].as_str().expect(&out);
+    let out = report(&["whatis", "--json", addr]);
+    let whatis = json(&out);
+    assert_eq!(
+        (&whatis["block"]["size"], &whatis["block"]["offset"]),
+        (&Value::from(2048), &Value::from(0)),
+        "{out}"
+    );
     // The gdb side's own help comes through `dmem report help`.
     let help = run(dmem().args(["report", "help", "summary"]));
     assert!(
@@ -223,7 +240,7 @@ fn report_errors_from_gdb_are_one_line() {
         return;
     }
     let dir = scratch_dir("launcher-report-error");
-    let core = core_of(&dir, &fixture("driver"), &[]);
+    let core = make_core(&dir, &fixture("driver"), &[], "abort-shutdown", &lib_path());
     let out = run(dmem()
         .arg("report")
         .arg(fixture("driver"))
@@ -265,7 +282,7 @@ fn flamegraph_draws_a_well_formed_svg_of_the_stacks() {
         return;
     }
     let dir = scratch_dir("launcher-flamegraph");
-    let core = core_of(&dir, &fixture("launch_tree"), &[]);
+    let core = make_core(&dir, &fixture("launch_tree"), &[], "abort-shutdown", &lib_path());
     let svg = dir.join("out.svg");
     let out = run(dmem()
         .arg("flamegraph")
@@ -304,7 +321,7 @@ fn flamegraph_of_leaks_draws_only_what_nothing_points_to() {
         return;
     }
     let dir = scratch_dir("launcher-flamegraph-leaks");
-    let core = core_of(&dir, &fixture("launch_tree"), &[]);
+    let core = make_core(&dir, &fixture("launch_tree"), &[], "abort-shutdown", &lib_path());
     let svg = dir.join("leaks.svg");
     let out = run(dmem()
         .arg("flamegraph")
@@ -335,12 +352,24 @@ fn demo_prints_the_leak_report_of_the_example() {
         "{stdout}"
     );
     assert!(stdout.contains("$ dmem report ./driver core"), "{stdout}");
-    assert!(stdout.contains("2048"), "{stdout}");
+    assert!(stdout.lines().any(|l| l == DRIVER_TOTAL), "{stdout}");
     assert!(
         stdout.lines().any(|l| l.trim_start().starts_with("main")),
         "{stdout}"
     );
     assert!(is_core(&dir.join("core")));
+    assert!(
+        stdout.contains("$ cc -g -O2 -o driver driver.c"),
+        "the example is compiled in view: {stdout}"
+    );
+
+    // Without a C compiler there is no example to run: one line says so.
+    let empty = dir.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = run(dmem().args(["demo", "--dir"]).arg(&dir).env("PATH", &empty));
+    let err = text(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert!(err.contains("no C compiler 'cc'"), "{err}");
 }
 
 #[test]
@@ -358,7 +387,6 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
         "lib/libdmem.so-gdb.py",
         "share/dmem/dmem.py",
         "share/dmem/dmemlib/session.py",
-        "share/dmem/examples/driver",
     ] {
         assert!(
             prefix.join(f).is_file(),
@@ -382,20 +410,20 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
     };
     let demo = run(installed().args(["demo", "--dir"]).arg(dir.join("demo")));
     assert!(demo.status.success(), "{}", text(&demo.stderr));
-    assert!(text(&demo.stdout).contains("2048"), "{}", text(&demo.stdout));
+    assert!(
+        text(&demo.stdout).lines().any(|l| l == DRIVER_TOTAL),
+        "{}",
+        text(&demo.stdout)
+    );
 
     // A core of a program run by the installed launcher maps the installed library, so gdb
     // loads the dmem commands by itself once the directory is in its safe path.
-    let driver = prefix.join("share/dmem/examples/driver");
+    let driver = fixture("driver");
     let out = run(installed()
         .args(["run", "-o", "abort-shutdown", "--core-dir", "cores", "--"])
         .arg(&driver));
     let err = text(&out.stderr);
-    let core = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .expect(&err)
-        .to_owned();
+    let core = reported_core(&err).expect(&err);
     let lib_dir = prefix.join("lib");
     let gdb = run(Command::new("gdb")
         .args(["-batch", "-nx", "-q", "-iex"])
@@ -403,8 +431,9 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
         .arg(&driver)
         .arg(&core)
         .args(["-ex", "dmem summary"]));
+    // gdb's own messages share its standard output, so the summary's total line is looked for.
     assert!(
-        text(&gdb.stdout).contains("2048"),
+        text(&gdb.stdout).lines().any(|l| l == DRIVER_TOTAL),
         "{}{}",
         text(&gdb.stdout),
         text(&gdb.stderr)
@@ -412,9 +441,13 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
 
     // dmem report names the line gdb's init file lacks, and stops once it is there.
     let line = format!("add-auto-load-safe-path {}", lib_dir.display());
-    let report = run(installed().arg("report").arg(&driver).arg(&core));
-    assert!(report.status.success());
-    assert!(text(&report.stdout).contains("2048"));
+    let report = run(installed()
+        .arg("report")
+        .arg(&driver)
+        .arg(&core)
+        .args(["summary", "--json"]));
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    check_driver_summary(&text(&report.stdout));
     assert!(text(&report.stderr).contains(&line), "{}", text(&report.stderr));
     std::fs::write(home.join(".gdbinit"), format!("{line}\n")).unwrap();
     let report = run(installed().arg("report").arg(&driver).arg(&core));

@@ -10,22 +10,13 @@
 mod common;
 #[path = "common/run.rs"]
 mod run;
+#[path = "common/valgrind.rs"]
+mod valgrind;
 
-use common::{backends, fixture, scratch_dir, which};
+use common::{backends, fixture, have_tool, scratch_dir};
 use run::{run_limited, status_text, with_dmem, LIMIT};
 use std::path::Path;
-use std::process::Command;
-
-/// Class names as both valgrind and the report print them, in the report's order.
-const CLASSES: [&str; 4] = [
-    "definitely lost",
-    "indirectly lost",
-    "possibly lost",
-    "still reachable",
-];
-
-/// (blocks, bytes) per class, in `CLASSES` order.
-type Summary = [(u64, u64); 4];
+use valgrind::{numbers, Summary, CLASSES};
 
 struct Case {
     name: &'static str,
@@ -66,47 +57,6 @@ const CASES: &[Case] = &[
     // A worker blocked in read() holds a block on its stack; the main thread one in its TLS.
     case("leak_threads", &[], DTV, [0, 0, 1, 2]),
 ];
-
-fn have_valgrind() -> bool {
-    if which("valgrind").is_some() {
-        return true;
-    }
-    eprintln!("skipping: valgrind is not installed, so there is no oracle for the leak classes");
-    false
-}
-
-/// Every decimal number in `s`, with thousands separators dropped.
-fn numbers(s: &str) -> Vec<u64> {
-    s.replace(',', "")
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect()
-}
-
-/// valgrind's LEAK SUMMARY of a bare run ("definitely lost: 12,016 bytes in 501 blocks").
-fn valgrind_summary(case: &Case) -> Summary {
-    let mut cmd = Command::new("valgrind");
-    cmd.args(["--leak-check=full", "--show-leak-kinds=all"])
-        .arg(fixture(case.name))
-        .args(case.args)
-        .env_remove("LD_PRELOAD")
-        .env_remove("DMEM_OPTS");
-    let out = run_limited(&mut cmd, LIMIT);
-    let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    let mut sum = [(0, 0); 4];
-    if text.contains("no leaks are possible") {
-        return sum;
-    }
-    for (slot, class) in sum.iter_mut().zip(CLASSES) {
-        let line = text
-            .lines()
-            .find(|l| l.contains(&format!("{class}: ")) && l.contains(" bytes in "))
-            .unwrap_or_else(|| panic!("valgrind on {}: no '{class}' line:\n{text}", case.name));
-        let n = numbers(line.split_once(&format!("{class}: ")).unwrap().1);
-        *slot = (n[1], n[0]);
-    }
-    sum
-}
 
 /// One preloaded run: its exit report and the run's stdout.
 struct Run {
@@ -203,7 +153,7 @@ fn valgrind_summaries() -> Vec<Summary> {
     CASES
         .iter()
         .map(|case| {
-            let sum = valgrind_summary(case);
+            let sum = valgrind::summary(&fixture(case.name), case.args);
             let blocks = sum.map(|c| c.0);
             assert_eq!(
                 blocks, case.intended,
@@ -217,7 +167,7 @@ fn valgrind_summaries() -> Vec<Summary> {
 
 #[test]
 fn every_fixture_matches_valgrind_class_by_class() {
-    if !have_valgrind() {
+    if !have_tool("valgrind") {
         return;
     }
     let mut failures = Vec::new();
@@ -254,7 +204,7 @@ fn every_fixture_matches_valgrind_class_by_class() {
 
 #[test]
 fn backends_give_the_same_classes() {
-    if !have_valgrind() {
+    if !have_tool("valgrind") {
         return;
     }
     let wants = valgrind_summaries();

@@ -10,7 +10,7 @@ mod gdbrun;
 #[path = "common/run.rs"]
 mod runlimit;
 
-use common::{fixture, lib_path, scratch_dir, text, which};
+use common::{dmem, fixture, lib_path, make_core, scratch_dir, text, which};
 use runlimit::run_limited;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -21,14 +21,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Long enough for anything here on a loaded machine; only a hang comes near it.
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn dmem() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmem"));
-    for var in ["DMEM_LIB", "DMEM_GDB_SCRIPT", "DMEM_OPTS", "LD_PRELOAD", "CARGO"] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
 
 fn run(cmd: &mut Command) -> Output {
     run_limited(cmd, LIMIT)
@@ -44,14 +36,6 @@ fn run_ok(cmd: &mut Command) -> Output {
         text(&out.stderr)
     );
     out
-}
-
-fn have_gdb() -> bool {
-    if which("gdb").is_none() {
-        eprintln!("skipped: gdb is not installed (.ci/run installs it)");
-        return false;
-    }
-    true
 }
 
 /// A python3 that can import Google's protobuf package: Debian's (python3-protobuf), else the
@@ -118,20 +102,6 @@ fn readelf_build_id(path: &Path) -> Option<String> {
         .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
 }
 
-/// `dmem run -o abort-shutdown -- PROG` in `dir`, as `dmem demo` runs its example: the core.
-fn core_of(dir: &Path, prog: &Path) -> PathBuf {
-    let out = run(dmem()
-        .args(["run", "-o", "abort-shutdown", "--"])
-        .arg(prog)
-        .current_dir(dir));
-    let err = text(&out.stderr);
-    let core = err
-        .lines()
-        .find_map(|l| l.strip_prefix("dmem: core file: "))
-        .unwrap_or_else(|| panic!("dmem run named no core:\n{err}"));
-    PathBuf::from(core)
-}
-
 #[test]
 fn the_driver_core_as_a_profile_decodes_with_protobuf() {
     let Some(py) = protobuf_python() else {
@@ -140,7 +110,7 @@ fn the_driver_core_as_a_profile_decodes_with_protobuf() {
     let dir = scratch_dir("snapshot-driver");
     let prog = fixture("driver");
     let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
-    let core = core_of(&dir, &prog);
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
     let file = dir.join("driver.pb.gz");
     run_ok(dmem().arg("snapshot").arg(&prog).arg(&core).arg("-o").arg(&file));
     let p = decode(&py, &file);
@@ -334,17 +304,8 @@ impl WaitTimeout for Child {
 /// A core of the running process `pid`, written by gdb's gcore (which stops it only for that).
 fn gcore(dir: &Path, pid: &str, name: &str) -> PathBuf {
     let core = dir.join(name);
-    let out = run(Command::new("gdb")
-        .args(["-batch", "-nx", "-q", "-p", pid, "-ex"])
-        .arg(format!("gcore {}", core.display()))
-        .env_remove("LD_PRELOAD"));
-    assert!(
-        core.is_file(),
-        "gcore wrote no core: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    core
+    let out = run(gdbrun::gcore_command(dir, &[], &core).args(["-p", pid]));
+    gdbrun::written_core(core, &out)
 }
 
 fn diff_json(args: &[&std::ffi::OsStr]) -> Value {
@@ -396,7 +357,7 @@ fn a_diff_ranks_the_stack_that_grew_first_with_the_exact_growth() {
             .args(["snapshot", &pid, "--format", "json", "-o"])
             .arg(&base_json),
     );
-    let gdb = have_gdb();
+    let gdb = gdbrun::have_gdb();
     let core1 = gdb.then(|| gcore(&dir, &pid, "core.1"));
     g.step();
     g.expect("ready 2");
@@ -541,7 +502,7 @@ fn bad_sources_get_one_clear_line() {
 
 #[test]
 fn a_core_of_a_program_without_the_library_is_refused() {
-    if !have_gdb() {
+    if !gdbrun::have_gdb() {
         return;
     }
     let dir = scratch_dir("snapshot-plain");

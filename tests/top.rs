@@ -10,6 +10,7 @@ mod elfcore;
 #[path = "common/run.rs"]
 mod run;
 
+use common::dmem;
 use elfcore::{Elf, SHT_DYNSYM};
 use run::run_limited;
 use serde_json::Value;
@@ -22,14 +23,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Generous for a few samples on a loaded two-core machine; only a hang comes near it.
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn dmem() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmem"));
-    for var in ["DMEM_LIB", "DMEM_OPTS", "LD_PRELOAD", "CARGO"] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
 
 /// A fixture running with the library preloaded, killed when dropped.
 struct Target {

@@ -1,19 +1,10 @@
 //! Running gdb with `gdb/dmem.py` on a core or a live process, for the gdb script's tests.
 #![allow(dead_code)]
 
+pub use crate::common::have_tool;
 use crate::common::{output, text};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Whether `tool` is on PATH. A test that needs a missing tool calls this, returns early and
-/// so passes, after this prints that it skips (CI installs every tool).
-pub fn have_tool(tool: &str) -> bool {
-    if crate::common::which(tool).is_some() {
-        return true;
-    }
-    eprintln!("skipping: {tool} is not installed here (.ci/run installs it)");
-    false
-}
+use std::process::{Command, Output};
 
 /// Whether gdb is there, for the tests that drive it.
 pub fn have_gdb() -> bool {
@@ -123,8 +114,39 @@ pub fn stop_at_exit(preload: Option<&Path>, opts: &str) -> Vec<String> {
 }
 
 /// A core of `prog` run WITHOUT libdmem: gdb stops it at exit and writes the core with gcore.
+/// The launcher cannot make this one: it always preloads the library, and writes a core only
+/// when the program aborts or crashes.
 pub fn plain_core(dir: &Path, prog: &Path) -> PathBuf {
-    crate::common::gcore_after(dir, &stop_at_exit(None, ""), "core.plain", prog, &[])
+    let core = dir.join("core.plain");
+    let mut cmd = gcore_command(dir, &stop_at_exit(None, ""), &core);
+    cmd.args(["-ex", "kill", "--args"]).arg(prog);
+    written_core(core, &output(&mut cmd))
+}
+
+/// gdb in batch mode in `dir` that runs `setup`, then writes a core of its process to `core`
+/// with gcore. The caller adds what gives gdb a process (`-p PID`, or `--args PROG` with a setup
+/// that runs it to where it stops), runs it, and checks with `written_core`.
+pub fn gcore_command(dir: &Path, setup: &[String], core: &Path) -> Command {
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-batch", "-nx", "-q"])
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD");
+    for c in setup {
+        cmd.arg("-ex").arg(c);
+    }
+    cmd.arg("-ex").arg(format!("gcore {}", core.display()));
+    cmd
+}
+
+/// `core`, after checking that the gdb run that ended with `out` wrote it.
+pub fn written_core(core: PathBuf, out: &Output) -> PathBuf {
+    assert!(
+        core.is_file(),
+        "gcore wrote no core: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    core
 }
 
 /// Runs a Python interpreter on the unit tests of the pure module; returns (success, report).

@@ -47,6 +47,16 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether `tool` is on PATH. A test that needs a missing tool calls this, returns early and
+/// so passes, after this prints that it skips (CI installs every tool).
+pub fn have_tool(tool: &str) -> bool {
+    if which(tool).is_some() {
+        return true;
+    }
+    eprintln!("skipping: {tool} is not installed here (.ci/run installs it)");
+    false
+}
+
 /// A command with libdmem preloaded (before `extra_preload`, e.g. another allocator) and
 /// `DMEM_OPTS` set.
 pub fn preloaded(prog: impl AsRef<std::ffi::OsStr>, opts: &str, extra_preload: Option<&Path>) -> Command {
@@ -83,71 +93,52 @@ pub fn backends() -> Vec<(&'static str, PathBuf)> {
         .collect()
 }
 
-/// Runs `prog args` preloaded with `opts` (which should include `abort-shutdown`) in `dir` and
-/// returns the core file it left. The kernel writes the core when core_pattern names a plain
-/// file; otherwise (a pipe to a crash handler) the program is run under gdb, which stops it at
-/// the abort and writes the core with `gcore`. Either way the core is a real one of the process.
+/// The `dmem` launcher of this build, with an environment of its own: it must find everything by
+/// itself, whatever the test's environment holds. Without CARGO it does not take itself for
+/// started by `cargo run` (cargo test sets the same variables), which would have it build the
+/// library again from every test.
+pub fn dmem() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmem"));
+    for var in ["DMEM_LIB", "DMEM_GDB_SCRIPT", "DMEM_OPTS", "LD_PRELOAD", "CARGO"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// The core `dmem run` named on its standard error (`dmem: core file: PATH`, printed after the
+/// program ended, so the last such line is the launcher's).
+pub fn reported_core(stderr: &str) -> Option<PathBuf> {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("dmem: core file: "))
+        .map(PathBuf::from)
+}
+
+/// Runs `prog args` in `dir` through the launcher, `dmem run --opts OPTS --core-dir DIR`, with
+/// `lib` as the library (`DMEM_LIB`), and returns the core it reports. `opts` should include
+/// `abort-shutdown`. The launcher decides who writes the core: the kernel, or gdb's gcore where
+/// core_pattern pipes cores to a crash handler or the hard core-size limit is 0.
 pub fn make_core(dir: &Path, prog: &Path, args: &[&str], opts: &str, lib: &Path) -> PathBuf {
-    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
-    if !pattern.starts_with('|') {
-        let script = "ulimit -c unlimited; exec \"$@\"";
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(script)
-            .arg("sh")
-            .arg(prog)
-            .args(args)
-            .current_dir(dir);
-        cmd.env("LD_PRELOAD", lib).env("DMEM_OPTS", opts);
-        let out = output(&mut cmd);
-        if let Some(core) = find_core(dir) {
-            return core;
-        }
-        eprintln!(
-            "no core from the kernel (status {:?}, core_pattern {:?}); using gcore",
-            out.status,
-            pattern.trim()
-        );
-    }
-    let setup = [
-        format!("set environment LD_PRELOAD={}", lib.display()),
-        format!("set environment DMEM_OPTS={opts}"),
-        "run".to_owned(),
-    ];
-    gcore_after(dir, &setup, "core.gcore", prog, args)
-}
-
-/// Runs `prog args` under gdb in `dir` with the `setup` commands (which end by running it to
-/// where it stops), writes a core of it there with gdb's `gcore` and returns the core's path.
-pub fn gcore_after(dir: &Path, setup: &[String], name: &str, prog: &Path, args: &[&str]) -> PathBuf {
-    let core = dir.join(name);
-    let mut cmd = Command::new("gdb");
-    cmd.args(["-batch", "-nx", "-q"])
-        .current_dir(dir)
-        .env_remove("LD_PRELOAD");
-    for c in setup {
-        cmd.arg("-ex").arg(c);
-    }
-    cmd.arg("-ex").arg(format!("gcore {}", core.display()));
-    cmd.args(["-ex", "kill", "--args"]).arg(prog).args(args);
+    let mut cmd = dmem();
+    cmd.env("DMEM_LIB", lib)
+        .arg("run")
+        .arg(format!("--opts={opts}"))
+        .arg("--core-dir")
+        .arg(dir)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .current_dir(dir);
     let out = output(&mut cmd);
-    assert!(
-        core.exists(),
-        "gcore wrote no core: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    let err = text(&out.stderr);
+    let core = reported_core(&err).unwrap_or_else(|| {
+        panic!(
+            "dmem run named no core of {} ({:?}):\n{err}",
+            prog.display(),
+            out.status
+        )
+    });
+    assert!(core.is_file(), "{} does not exist:\n{err}", core.display());
     core
-}
-
-fn find_core(dir: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n == "core" || n.starts_with("core."))
-        })
 }

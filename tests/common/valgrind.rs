@@ -43,15 +43,18 @@ pub fn parse_summary(report: &str) -> Option<Summary> {
         let rest = report
             .lines()
             .find_map(|l| l.split_once(&format!("{class}: ")).map(|(_, r)| r))?;
-        let n: Vec<u64> = rest
-            .replace(',', "")
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        let [bytes, blocks, ..] = n[..] else {
+        let [bytes, blocks, ..] = numbers(rest)[..] else {
             return None;
         };
         *slot = (blocks, bytes);
     }
     Some(sum)
+}
+
+/// Every decimal number in `s`, with thousands separators dropped.
+pub fn numbers(s: &str) -> Vec<u64> {
+    s.replace(',', "")
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect()
 }

@@ -240,9 +240,9 @@ pub struct DiffArgs {
 
 /// Run the built-in example program and print its leak report
 ///
-/// Runs the built-in example, the driver program from the original libdmem post (it frees a
-/// 512-byte block and leaks a 2048-byte one), with abort-shutdown, then prints the report of its
-/// core: what 'dmem run' and 'dmem report' do, on a program that is known to leak.
+/// Compiles the built-in example with cc, the driver program from the original libdmem post (it
+/// frees a 512-byte block and leaks a 2048-byte one), runs it with abort-shutdown, then prints
+/// the report of its core: what 'dmem run' and 'dmem report' do, on a program known to leak.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct DemoArgs {
@@ -255,10 +255,9 @@ pub struct DemoArgs {
 
 /// Install dmem, libdmem.so and the gdb script under a prefix (default ~/.local)
 ///
-/// Copies dmem to DIR/bin, libdmem.so to DIR/lib, the gdb script to DIR/share/dmem, and the
-/// example program to DIR/share/dmem/examples. Also installs DIR/lib/libdmem.so-gdb.py, which
-/// gdb runs by itself when it opens a core of a program that had that library preloaded, so the
-/// dmem commands are there in any gdb session once DIR/lib is in gdb's auto-load safe path.
+/// Copies dmem to DIR/bin, libdmem.so to DIR/lib, and the gdb script to DIR/share/dmem. Also
+/// installs DIR/lib/libdmem.so-gdb.py, which gdb runs by itself when it opens a core of a
+/// program that had that library preloaded, so the dmem commands are there in any gdb session once DIR/lib is in gdb's auto-load safe path.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct InstallArgs {

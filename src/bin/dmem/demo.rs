@@ -2,9 +2,18 @@
 //! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
 
 use crate::cli::{self, show};
-use crate::report::{self, Sink};
+use crate::gdb_driver::{self, Sink};
 use crate::run::{self, Spec};
-use crate::{failed, locate, Result};
+use crate::{failed, last_line, locate, Result};
+use std::path::Path;
+use std::process::Command;
+
+/// The example's source, the driver program of the original libdmem post. The tests run the
+/// same file as a fixture; the demo compiles its own copy, so the launcher needs nothing from
+/// the build tree to show it.
+const DRIVER_C: &str = include_str!("../../../c-fixtures/driver.c");
+/// How the demo compiles it, shown to the user as it runs.
+const CC_ARGS: [&str; 5] = ["-g", "-O2", "-o", "driver", "driver.c"];
 
 pub fn main(args: cli::DemoArgs) -> Result<i32> {
     cli::no_words(args.unexpected, "see 'dmem demo --help'")?;
@@ -16,23 +25,17 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     let dir = dir.canonicalize().unwrap_or(dir);
     // Everything it needs, before it starts telling the story.
     locate::library()?;
+    let cc = locate::c_compiler()?;
     locate::gdb()?;
     locate::script()?;
-    // A copy beside the core, so the commands shown are short enough to read and retype.
-    let example = locate::example()?;
-    let driver = dir.join("driver");
-    let _ = std::fs::remove_file(&driver);
-    std::fs::copy(&example, &driver).map_err(|e| {
-        failed(format!(
-            "cannot copy the example program into {}: {e}",
-            show(&dir)
-        ))
-    })?;
+    // Built beside the core, so the commands shown are short enough to read and retype.
+    let driver = compile_example(&cc, &dir)?;
 
     println!("The example program frees a 512-byte block and leaks a 2048-byte one. Run it with");
     println!("libdmem.so preloaded, aborting at exit so that the core holds every unfreed block:");
     println!();
     println!("$ cd {}", show(&dir));
+    println!("$ cc {}", CC_ARGS.join(" "));
     println!("$ dmem run -o abort-shutdown -- ./driver");
     let spec = Spec {
         prog: driver.clone().into_os_string(),
@@ -65,13 +68,34 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     println!("Then see which allocation stacks hold the memory that was never freed:");
     println!();
     println!("$ dmem report ./driver {core_name}");
-    report::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
+    gdb_driver::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
     println!();
     println!("Next, in {}:", show(&dir));
     println!("  dmem report ./driver {core_name} stacks            every block with its stack");
     println!("  dmem report ./driver {core_name} leaks             the blocks nothing points to");
     println!("  dmem flamegraph ./driver {core_name} -o demo.svg   the same as a flame graph");
     Ok(0)
+}
+
+/// Writes the example's source into `dir` and compiles it there; returns the program.
+fn compile_example(cc: &Path, dir: &Path) -> Result<std::path::PathBuf> {
+    let source = dir.join("driver.c");
+    let driver = dir.join("driver");
+    let _ = std::fs::remove_file(&driver);
+    std::fs::write(&source, DRIVER_C).map_err(|e| failed(format!("cannot write {}: {e}", show(&source))))?;
+    let out = Command::new(cc)
+        .args(CC_ARGS)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| failed(format!("cannot run the C compiler {}: {e}", show(cc))))?;
+    if !out.status.success() || !driver.is_file() {
+        return Err(failed(format!(
+            "compiling the example program in {} failed: {}",
+            show(dir),
+            last_line(&out.stderr)
+        )));
+    }
+    Ok(driver)
 }
 
 /// The example prints two long lines of letters; show their start and length only.

@@ -2,7 +2,7 @@
 //! per allocation stack), and inferno draws them as an SVG flame graph.
 
 use crate::cli::{self, show};
-use crate::report::{self, Sink};
+use crate::gdb_driver::{self, Sink};
 use crate::{failed, usage, Result};
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 use std::path::Path;
@@ -22,7 +22,7 @@ pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
     let Some(output) = output else {
         return Err(usage("where should the SVG go? add -o OUT.svg"));
     };
-    let (prog, core) = report::check_pair(Path::new(prog), Path::new(core))?;
+    let (prog, core) = gdb_driver::check_pair(Path::new(prog), Path::new(core))?;
     let folded = folded_stacks(&prog, &core, leaks)?;
     let what = if leaks { "Leaked bytes" } else { "Live bytes" };
     let title = title.unwrap_or_else(|| {
@@ -70,8 +70,8 @@ fn folded_stacks(prog: &Path, core: &Path, leaks: bool) -> Result<String> {
         words.push("--leaks".to_owned());
     }
     words.push(show(&file));
-    let result =
-        report::gdb_command(Some((prog, core)), &report::gdb_line(&words)?, Sink::Capture).and_then(|_| {
+    let result = gdb_driver::gdb_command(Some((prog, core)), &gdb_driver::gdb_line(&words)?, Sink::Capture)
+        .and_then(|_| {
             std::fs::read_to_string(&file).map_err(|e| failed(format!("gdb wrote no folded stacks: {e}")))
         });
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,11 +6,10 @@
 //! PREFIX/lib/libdmem.so-gdb.py        gdb runs it when it loads PREFIX/lib/libdmem.so
 //! PREFIX/share/dmem/dmem.py           the gdb script
 //! PREFIX/share/dmem/dmemlib/*.py       the package of modules it imports
-//! PREFIX/share/dmem/examples/driver   the example of `dmem demo`
 //! ```
 
 use crate::cli::{self, show};
-use crate::{failed, locate, report, usage, Result};
+use crate::{failed, gdb_driver, locate, usage, Result};
 use std::path::{Path, PathBuf};
 
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
@@ -61,7 +60,6 @@ fn install(prefix: &Path) -> Result<Vec<PathBuf>> {
         std::env::current_exe().map_err(|e| failed(format!("cannot tell where dmem itself is: {e}")))?;
     let lib = locate::library()?;
     let script = locate::script()?;
-    let example = locate::example()?;
     let script_dir = script.parent().map(Path::to_path_buf).unwrap_or_default();
     // The script and the package of modules beside it that it imports.
     let package = script_dir.join(locate::PACKAGE_NAME);
@@ -91,7 +89,6 @@ fn install(prefix: &Path) -> Result<Vec<PathBuf>> {
             0o644,
         )?;
     }
-    put(&example, share.join("examples").join("driver"), 0o755)?;
     let autoload = prefix.join("lib").join(AUTOLOAD_NAME);
     write_file(
         &autoload,
@@ -171,7 +168,7 @@ else:
             .unwrap_or(Path::new(""))
             .join("lib")
             .display(),
-        literal = report::python_bytes(script),
+        literal = gdb_driver::python_bytes(script),
     )
 }
 
@@ -274,7 +271,7 @@ mod tests {
     #[test]
     fn python_literals_keep_every_byte() {
         assert_eq!(
-            report::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
+            gdb_driver::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
             "b\"/a b/\\\"q\\\"/\\xc3\\xa9\""
         );
     }

@@ -143,17 +143,11 @@ pub fn script() -> Result<PathBuf> {
     }
 }
 
-/// The example program of `dmem demo`: the installed copy, or the one the build made.
-pub fn example() -> Result<PathBuf> {
-    let installed = exe_dir()?.join("../share/dmem/examples/driver");
-    let built = Path::new(env!("OUT_DIR")).join("fixtures").join("driver");
-    [installed, built]
-        .into_iter()
-        .find(|p| p.is_file())
-        .map(|p| p.canonicalize().unwrap_or(p))
-        .ok_or_else(|| {
-            failed("the example program is neither installed with dmem nor in the build tree; reinstall with 'dmem install'")
-        })
+/// The C compiler `dmem demo` builds its example with: `cc` on PATH.
+pub fn c_compiler() -> Result<PathBuf> {
+    program(Path::new("cc")).ok_or_else(|| {
+        failed("no C compiler 'cc' on PATH to build the example program; install one (on Debian: apt-get install gcc)")
+    })
 }
 
 /// A program on PATH (or a path, as given).

@@ -5,9 +5,9 @@
 //!
 //! It is a separate binary of this package so that none of its dependencies end up in the
 //! preloaded library. One job per module: `cli` declares the command line (clap) and folds its
-//! errors into one line, `locate` finds the library, the script, the example and gdb, `run`
-//! starts the program, `corefile` finds the core it left, `report` drives gdb, `flamegraph`
-//! renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
+//! errors into one line, `locate` finds the library, the script, the C compiler and gdb, `run`
+//! starts the program, `corefile` finds the core it left, `gdb_driver` drives gdb (it is
+//! `dmem report`), `flamegraph` renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
 //! holds the few calls into libc. Reading a heap without gdb: `memory` reads another process's
 //! memory (the `Memory` trait, and `process_vm_readv` for a live one), `mappings` says which
 //! file is mapped where, `elf` reads ELF files (through `object`), `heapwalk` finds the layout
@@ -22,6 +22,7 @@ mod demo;
 mod diff;
 mod elf;
 mod flamegraph;
+mod gdb_driver;
 mod growth;
 mod heapwalk;
 mod install;
@@ -30,7 +31,6 @@ mod locate;
 mod mappings;
 mod memory;
 mod pprof;
-mod report;
 mod run;
 mod snapjson;
 mod snapshot;
@@ -67,6 +67,17 @@ pub fn failed(msg: impl fmt::Display) -> Fail {
 
 pub type Result<T> = std::result::Result<T, Fail>;
 
+/// The last non-blank line a failed tool wrote to its standard error, for a one-line message.
+pub fn last_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .to_owned()
+}
+
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let status = match cli::parse(args) {
@@ -100,7 +111,7 @@ fn dispatch(command: cli::Command) -> Result<i32> {
     use cli::Command::*;
     match command {
         Run(a) => run::main(a),
-        Report(a) => report::main(a),
+        Report(a) => gdb_driver::main(a),
         Flamegraph(a) => flamegraph::main(a),
         Top(a) => top::main(a),
         Snapshot(a) => snapshot::command(&a.source, &a.output, a.format),

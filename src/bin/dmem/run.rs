@@ -1,7 +1,7 @@
 //! `dmem run`: start a program with libdmem.so preloaded and account for how it ended.
 
 use crate::cli::{self, show};
-use crate::{corefile, elf, failed, locate, sys, usage, Fail, Result};
+use crate::{corefile, elf, failed, last_line, locate, sys, usage, Fail, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -362,18 +362,11 @@ impl Launch<'_> {
                 show(self.prog),
                 text[5..].trim()
             ))),
-            _ => {
-                let err = String::from_utf8_lossy(&out.stderr);
-                let last = err
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("no message");
-                Err(failed(format!(
-                    "running {} under gdb failed: {last}",
-                    show(self.prog)
-                )))
-            }
+            _ => Err(failed(format!(
+                "running {} under gdb failed: {}",
+                show(self.prog),
+                last_line(&out.stderr)
+            ))),
         }
     }
 }

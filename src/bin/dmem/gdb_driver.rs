@@ -1,5 +1,5 @@
-//! `dmem report`: runs one `dmem` command of the gdb script on a core, in gdb's batch mode, and
-//! passes on only what that command printed.
+//! The gdb driver behind `dmem report` (and `dmem flamegraph`, `dmem demo`): runs one `dmem`
+//! command of the gdb script on a core, in gdb's batch mode, and passes on only what it printed.
 //!
 //! gdb prints plenty of its own on the way (which threads there were, the signal that ended the
 //! process, the frame it stopped in, warnings about files it could not find), on both of its
