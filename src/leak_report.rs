@@ -1,6 +1,6 @@
 //! The leak report printed at exit (`leak-report`), in valgrind's four classes.
 //!
-//! Roots follow LEAKSPEC.md, as the gdb side reads them from a core: every thread's saved
+//! Roots are the ones the gdb side reads from a core (gdb/dmemlib/roots.py): every thread's saved
 //! registers and its stack from its stack pointer (less the 128-byte red zone) to the top of the
 //! mapping that holds it, thread-local storage, and the writable segments of every loaded object
 //! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a
@@ -130,7 +130,7 @@ fn objects() -> Objects {
     objs
 }
 
-/// glibc's `main_arena`, found in libc's writable data by its signature (LEAKSPEC.md): in its
+/// glibc's `main_arena`, found in libc's writable data by its signature (as in gdb/dmemlib/roots.py): in its
 /// `bins` array an empty bin's pair of words (fd, bk) at address Q both hold Q - 16. The longest
 /// run of such pairs, 16 bytes apart and at least 32 long, is taken as `bins`; the struct runs
 /// from 112 bytes before it (mutex, flags, have_fastchunks, fastbinsY[10], top, last_remainder)

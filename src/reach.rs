@@ -1,6 +1,7 @@
 //! Conservative reachability over the live blocks, in valgrind's four leak classes.
 //!
-//! This is memcheck's algorithm (mc_leakcheck.c), as LEAKSPEC.md states it for both sides:
+//! This is memcheck's algorithm (mc_leakcheck.c), the one definition this exit report and the
+//! gdb side (gdb/dmemlib/reach.py) share:
 //!
 //! 1. Mark from the roots. A *start pointer* (a word equal to a block's first byte) found in a
 //!    root or in a still-reachable block makes the block **still reachable**. Any other pointer

@@ -1,5 +1,5 @@
-//! Leak classes on real cores, against valgrind on the same binaries: for each leak fixture of
-//! LEAKSPEC.md, `valgrind --leak-check=full --show-leak-kinds=all` runs the bare program, the
+//! Leak classes on real cores, against valgrind on the same binaries: for each leak fixture
+//! (`c-fixtures/leakclass_*`), `valgrind --leak-check=full --show-leak-kinds=all` runs the bare program, the
 //! same program runs under libdmem with `abort-shutdown` to leave a core, and `dmem leaks
 //! --json` on that core must give valgrind's count of blocks in every class (and its bytes,
 //! where the fixture makes no allocation inside libc whose size could differ under libdmem).

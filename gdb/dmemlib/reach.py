@@ -1,6 +1,6 @@
 """Reachability: the graph of pointers between live blocks, the mark from the roots, and the
-leak classes, as valgrind's memcheck defines them (LEAKSPEC.md; the exit report in src/ follows
-the same definition):
+leak classes, as valgrind's memcheck defines them (mc_leakcheck.c; the exit report in src/reach.rs
+follows the same definition):
 
 * Every aligned 8-byte word of a root or of a marked block is a pointer candidate.  A word equal
   to a block's user address is a *start pointer*; one inside (user, user + size) an *interior

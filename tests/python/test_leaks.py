@@ -85,7 +85,7 @@ def class_of(lk, user):
 
 
 def reference(starts, sizes, roots_words, word_at):
-    """memcheck's classification (mc_leakcheck.c, as LEAKSPEC.md words it), transcribed
+    """memcheck's classification (mc_leakcheck.c, as gdb/dmemlib/reach.py words it), transcribed
     literally: a worklist mark with upgrades, then cliques in address order."""
     UNMARKED, REACH, POSS, DEF, IND = 0, R_, P_, D_, I_
     ends = [max(s + z, s + 1) for s, z in zip(starts, sizes)]
@@ -269,7 +269,7 @@ class ClassificationTests(unittest.TestCase):
             self.assertEqual(class_of(lk, ring[0]), D_)
 
     def test_cycles_as_memcheck_counts_them(self):
-        # LEAKSPEC's cycles: an orphaned 3-cycle; a 2-cycle allocated before the orphaned head
+        # The cycles of c-fixtures/leakclass_cycle.c: an orphaned 3-cycle; a 2-cycle allocated before the orphaned head
         # that points into it (the cycle heads a clique first, then the head takes it over);
         # a held 4-cycle.
         for be in backends():
