@@ -92,7 +92,9 @@ pub fn main(args: TopArgs) -> Result<i32> {
         let walk = match heapwalk::walk(&target.mem, &target.layout, WalkOptions::default()) {
             Ok(w) => w,
             Err(heapwalk::Denied(e)) => {
-                if !live::alive(target.pid) {
+                // ESRCH: the process is exiting and its memory is gone, though /proc may not
+                // show it as a zombie yet.
+                if e.raw_os_error() == Some(libc::ESRCH) || !live::alive(target.pid) {
                     ended = true;
                     break;
                 }
