@@ -9,6 +9,7 @@
 //! cannot take it, does not hang the exit; it is reported as not stopped and its stack is scanned
 //! as it is, from the stack pointer the kernel shows in /proc/self/task/TID/syscall.
 
+use crate::thread::gettid;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use libc::{c_int, c_void};
@@ -336,11 +337,6 @@ fn now_ns() -> i64 {
     // SAFETY: writes only the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-fn gettid() -> u32 {
-    // SAFETY: gettid takes no arguments and cannot fail; a raw syscall is async-signal-safe.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
 /// Sends `sig` to thread `tid` of this process; false when the thread no longer exists.

@@ -33,8 +33,11 @@ pub fn reset_tid() {
     TID.with(|t| t.set(gettid()));
 }
 
-fn gettid() -> u32 {
-    // SAFETY: gettid takes no arguments, cannot fail and touches no memory of ours.
+/// The kernel thread id straight from the system call, without the cache: for a signal handler,
+/// which may run before the thread's cache is filled or in a child whose cache is stale.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments, cannot fail and touches no memory of ours; a raw system
+    // call is async-signal-safe.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
