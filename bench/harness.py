@@ -115,6 +115,12 @@ def tools(args, scratch):
         out.append(("lsan", args.others, preload(lsan, LSAN_OPTIONS=common)))
         if not args.quick:
             out.append(("lsan-full", 1, preload(lsan, LSAN_OPTIONS=common + ":fast_unwind_on_malloc=0")))
+    for spec in args.also:
+        name, _, lib = spec.partition("=")
+        out.append((name, args.runs, preload(os.path.abspath(lib), DMEM_OPTS="unwinder=fast")))
+    if args.tools:
+        wanted = set(args.tools.split(",")) | {"bare"} | {s.partition("=")[0] for s in args.also}
+        out = [t for t in out if t[0] in wanted]
     return base, out
 
 
@@ -129,7 +135,16 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="leave out the slow single runs (dmem-backtrace, lsan-full)")
     ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
+    ap.add_argument("--tools", metavar="A,B,...",
+                    help="run only these tools (bare always runs), e.g. dmem,header-floor")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB",
+                    help="add a row NAME for another build of libdmem.so, run like dmem; to compare "
+                         "two builds in one interleaved run (repeatable)")
     args = ap.parse_args()
+    for spec in args.also:
+        name, eq, lib = spec.partition("=")
+        if not eq or not name.startswith("dmem") or not os.path.isfile(lib):
+            ap.error(f"--also {spec}: want NAME=LIB with NAME starting with dmem and LIB an existing file")
 
     python = find_python()
     workloads = [
