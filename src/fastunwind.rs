@@ -35,7 +35,7 @@
 //!   after every dlclose) bumps a generation that is part of every key.
 
 use crate::header::NFRAMES;
-use crate::procmaps;
+use crate::{procmaps, thread_tables};
 use core::arch::asm;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -189,25 +189,56 @@ struct Local {
     /// allocations often come from stacks that share frames (a loop, an interpreter's evaluation
     /// loop), and a slot found by depth needs no hash.
     prev: [(usize, u64); MAX_STEPS],
-    /// Shapes of recent walks, by a hash of the stack pointer they started from.
-    shapes: [Shape; SHAPES],
-    /// Per pair of shapes, which of the two answered or was filled last.
-    recent: [u8; SHAPES / 2],
+    /// Shapes of recent walks, by a hash of where they started (see `shape_index`), until the
+    /// thread borrows a larger table.
+    small: Shapes<SMALL_SHAPES>,
+    /// The larger table of shapes this thread borrowed, or null (see `thread_tables.rs`).
+    large: *mut Shapes<LARGE_SHAPES>,
+    /// Walks this thread could not replay while it had no large table.
+    unreplayed: u32,
+}
+
+/// A table of shapes, used in pairs: a walk may be answered by either shape of its pair, and
+/// replaces the one that did not answer last.
+struct Shapes<const N: usize> {
+    shapes: [Shape; N],
+    /// Per pair, which of the two answered or was filled last.
+    recent: [u8; N],
+}
+
+impl<const N: usize> Shapes<N> {
+    const EMPTY: Self = Shapes {
+        shapes: [NO_SHAPE; N],
+        recent: [0; N],
+    };
+
+    fn clear(&mut self) {
+        for shape in self.shapes.iter_mut() {
+            shape.len = 0;
+        }
+    }
 }
 
 /// Stacks a thread remembers: its own, and a few alternate ones (see `stack_top_slow`).
 const STACKS: usize = 4;
 
-/// log2 of the shapes a thread keeps. They are used in pairs: a walk may be answered by either
-/// shape of its pair, and replaces the one that did not answer last.
-const SHAPE_BITS: u32 = 4;
-const SHAPES: usize = 1 << SHAPE_BITS;
+/// Shapes in the thread-local table. A program's hot allocation paths are usually more than this
+/// (CPython's evaluation loop has about a hundred), so a thread that keeps walking where a shape
+/// could have answered borrows a larger table (see `borrow_large`); a thread that allocates
+/// from a few places never needs one.
+const SMALL_SHAPES: usize = 8;
+/// Shapes in a borrowed table: 128 answer 99% of CPython's walks where 32 answered 88%.
+const LARGE_SHAPES: usize = 128;
+const _: () = assert!(core::mem::size_of::<Shapes<LARGE_SHAPES>>() <= thread_tables::TABLE_BYTES);
+// Pairs are picked by the top bits of a hash.
+const _: () = assert!(SMALL_SHAPES.is_power_of_two() && LARGE_SHAPES.is_power_of_two() && SMALL_SHAPES >= 2);
+/// Walks a thread makes without a replay before it borrows a large table.
+const BORROW_AFTER: u32 = 256;
 
 /// Words a shape checks at most: a return address per step and, for frames found through
 /// %rbp, the word %rbp was restored from. A walk that needs more (frame pointers in every frame
 /// and a deep start) is not kept; the bound keeps sixteen shapes within the thread's budget.
 const CHECKS: usize = 24;
-const _: () = assert!(CHECKS <= u32::BITS as usize);
 
 /// Marks a check of a word that holds a stack address, compared relative to the walk's start.
 const RELATIVE: u16 = 1 << 15;
@@ -225,27 +256,28 @@ const RELATIVE: u16 = 1 << 15;
 /// step is not kept, since where the stack ends is not relative.
 #[derive(Clone, Copy)]
 struct Shape {
-    /// Checks; 0 for no shape.
-    len: usize,
+    want: [usize; CHECKS],
+    /// The frames the walk recorded, zero past the last: what a replay copies out.
+    frames: [usize; NFRAMES],
     /// Offsets from the starting stack pointer of the words to check, with `RELATIVE` set for
     /// stack addresses.
     at: [u16; CHECKS],
-    want: [usize; CHECKS],
     /// When some rule used the %rbp the walk started with: its required distance from %rsp.
     bp0: Option<usize>,
-    /// The highest CFA, relative: it must still lie on the stack.
-    top: usize,
-    /// Which checks are of recorded return addresses: their `want` values are the frames.
-    frames: u32,
+    /// How far above the starting stack pointer the stack must reach: past the highest CFA and
+    /// every word checked.
+    span: u32,
+    /// Checks; 0 for no shape.
+    len: u8,
 }
 
 const NO_SHAPE: Shape = Shape {
-    len: 0,
-    at: [0; CHECKS],
     want: [0; CHECKS],
+    frames: [0; NFRAMES],
+    at: [0; CHECKS],
     bp0: None,
-    top: 0,
-    frames: 0,
+    span: 0,
+    len: 0,
 };
 
 /// A shape being recorded by a walk.
@@ -264,14 +296,20 @@ struct Recorder<'a> {
 impl Recorder<'_> {
     fn push(&mut self, addr: usize, sp0: usize, value: usize, relative: bool) {
         let off = addr.wrapping_sub(sp0);
-        if off >= usize::from(RELATIVE) || self.shape.len == CHECKS {
+        let k = usize::from(self.shape.len);
+        if off >= usize::from(RELATIVE) || k == CHECKS {
             self.ok = false;
             return;
         }
-        let k = self.shape.len;
         self.shape.at[k] = off as u16 | if relative { RELATIVE } else { 0 };
         self.shape.want[k] = if relative { value.wrapping_sub(sp0) } else { value };
         self.shape.len += 1;
+        self.reach(off + 8);
+    }
+
+    /// Notes that the stack must extend to `off` bytes above the starting stack pointer.
+    fn reach(&mut self, off: usize) {
+        self.shape.span = self.shape.span.max(off as u32);
     }
 
     /// Notes that a rule used the current %rbp as a base.
@@ -289,7 +327,7 @@ impl Recorder<'_> {
 
 // Every thread carries this in its static TLS block, which glibc places at the top of the
 // thread's stack: keep it small.
-const _: () = assert!(core::mem::size_of::<Local>() <= 6 * 1024);
+const _: () = assert!(core::mem::size_of::<Local>() <= 4 * 1024);
 
 thread_local! {
     static LOCAL: core::cell::UnsafeCell<Local> = const {
@@ -298,8 +336,9 @@ thread_local! {
             generation: 0,
             memo: [(0, 0); MEMO_SLOTS],
             prev: [(0, 0); MAX_STEPS],
-            shapes: [NO_SHAPE; SHAPES],
-            recent: [0; SHAPES / 2],
+            small: Shapes::EMPTY,
+            large: core::ptr::null_mut(),
+            unreplayed: 0,
         })
     };
 }
@@ -463,8 +502,8 @@ pub fn here() -> Origin {
 }
 
 /// Fills `out` with return addresses, innermost first, from the frame `from` was taken in,
-/// skipping the leading ones for which `skip` is true (libdmem's own frames). Entries past the
-/// last frame found are left alone. Returns false, having written nothing, when the walk cannot
+/// skipping the leading ones for which `skip` is true (libdmem's own frames), and zeroes the
+/// entries past the last frame found. Returns false, having written nothing, when the walk cannot
 /// be bounded to this thread's stack; the caller then uses another unwinder.
 #[inline(never)]
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
@@ -476,8 +515,7 @@ pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) ->
     })
 }
 
-/// Which of the thread's shapes a walk from `regs` may use (the pair is this one and the next):
-/// by the stack pointer and the return address into the first caller, since distinct allocation
+/// A hash that picks the pair of shapes a walk from `regs` may use: by the stack pointer and the return address into the first caller, since distinct allocation
 /// sites often call from the same stack depth. The first step costs little: its rule is nearly
 /// always the previous walk's.
 #[inline(always)]
@@ -487,7 +525,7 @@ fn shape_index(
     regs: &Regs,
     b: &Bounds,
     generation: u64,
-) -> usize {
+) -> u64 {
     let rule = rule_for(prev, memo, 0, regs.pc, generation);
     let ra = if rule.is_end() {
         0
@@ -495,11 +533,11 @@ fn shape_index(
         step(rule, regs, b).map_or(0, |s| s.regs.pc)
     };
     let key = (regs.sp as u64) ^ (ra as u64).rotate_left(29);
-    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHAPE_BITS)) as usize
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 #[inline(always)]
-fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
     let Some(hi) = stack_top(local, regs.sp) else {
         return false;
     };
@@ -508,29 +546,109 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
     if local.generation != generation {
         local.memo = [(0, 0); MEMO_SLOTS];
         local.prev = [(0, 0); MAX_STEPS];
-        for shape in local.shapes.iter_mut() {
-            shape.len = 0;
+        local.small.clear();
+        // SAFETY: a borrowed table is this thread's alone (see `borrow_large`).
+        if let Some(large) = unsafe { local.large.as_mut() } {
+            large.clear();
         }
         local.generation = generation;
     }
-    let sp0 = regs.sp;
-    let set = shape_index(&mut local.prev, &mut local.memo, &regs, &bounds, generation) & !1;
-    for way in 0..2 {
-        if replay(&local.shapes[set + way], sp0, regs.bp, &bounds, out) {
-            local.recent[set / 2] = way as u8;
-            #[cfg(test)]
-            tests::REPLAYS.with(|r| r.set(r.get() + 1));
-            return true;
+    let hash = shape_index(&mut local.prev, &mut local.memo, &regs, &bounds, generation);
+    let (prev, memo) = (&mut local.prev, &mut local.memo);
+    // SAFETY: as above.
+    let shape = match unsafe { local.large.as_mut() } {
+        Some(large) => replay_or_make_way(large, hash, &regs, &bounds, out),
+        None => replay_or_make_way(&mut local.small, hash, &regs, &bounds, out),
+    };
+    let Some(shape) = shape else {
+        #[cfg(test)]
+        tests::REPLAYS.with(|r| r.set(r.get() + 1));
+        return true;
+    };
+    full_walk(shape, prev, memo, regs, &bounds, generation, out, skip);
+    if local.large.is_null() {
+        local.unreplayed += 1;
+        if local.unreplayed == BORROW_AFTER {
+            borrow_large(local);
         }
     }
-    // The pair's other shape, which did not answer last, makes way for this walk.
-    let which = set + 1 - usize::from(local.recent[set / 2]);
-    local.recent[set / 2] = (which - set) as u8;
-    let (prev, memo) = (&mut local.prev, &mut local.memo);
-    let shape = &mut local.shapes[which];
+    true
+}
+
+/// Tries the pair of shapes `hash` picks. On a replay returns None, with `out` filled; otherwise
+/// the pair's shape that did not answer last, emptied for the walk that follows to fill.
+#[inline(always)]
+fn replay_or_make_way<'a, const N: usize>(
+    table: &'a mut Shapes<N>,
+    hash: u64,
+    regs: &Regs,
+    b: &Bounds,
+    out: &mut [usize; NFRAMES],
+) -> Option<&'a mut Shape> {
+    // The product's top bits are the well-mixed ones.
+    let set = (hash >> (64 - N.trailing_zeros())) as usize & !1;
+    // The shape that answered last is tried first: a pair's walks tend to come in runs.
+    let first = usize::from(table.recent[set]);
+    for way in [first, first ^ 1] {
+        if replay(&table.shapes[set + way], regs.sp, regs.bp, b, out) {
+            table.recent[set] = way as u8;
+            return None;
+        }
+    }
+    let which = first ^ 1;
+    table.recent[set] = which as u8;
+    let shape = &mut table.shapes[set + which];
     shape.len = 0;
     shape.bp0 = None;
-    shape.frames = 0;
+    shape.span = 0;
+    Some(shape)
+}
+
+/// Gives the thread a large table of shapes, if one can be had; its small table's shapes stay
+/// behind, unused until the thread exits.
+#[cold]
+#[inline(never)]
+fn borrow_large(local: &mut Local) {
+    if let Some(table) = thread_tables::lend() {
+        let large = table.cast::<Shapes<LARGE_SHAPES>>();
+        // SAFETY: a table of TABLE_BYTES (asserted to hold a `Shapes<LARGE_SHAPES>`), page
+        // aligned, now this thread's alone. Every bit pattern is a valid `Shapes` (integers and
+        // arrays of them), and clearing every shape's length empties one a previous owner used.
+        unsafe { (*large).clear() };
+        local.large = large;
+    } else {
+        // Try again after as many more walks.
+        local.unreplayed = 0;
+    }
+}
+
+/// Called on an exiting thread when its large table goes back to the pool: later walks on the
+/// thread use the small table again.
+pub fn forget_table() {
+    // LOCAL has no destructor, so it is still there while the thread's keys are destroyed.
+    LOCAL.with(|cell| {
+        // SAFETY: no walk runs on this thread while its thread-specific data is destroyed.
+        let local = unsafe { &mut *cell.get() };
+        local.large = core::ptr::null_mut();
+        local.unreplayed = 0;
+    });
+}
+
+/// Walks the stack by the unwind rules, filling `out` and recording in `shape` what the walk
+/// depended on, or emptying it when the walk cannot be replayed.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn full_walk(
+    shape: &mut Shape,
+    prev: &mut [(usize, u64); MAX_STEPS],
+    memo: &mut [(usize, u64); MEMO_SLOTS],
+    mut regs: Regs,
+    bounds: &Bounds,
+    generation: u64,
+    out: &mut [usize; NFRAMES],
+    skip: impl Fn(usize) -> bool,
+) {
+    let sp0 = regs.sp;
     let mut rec = Recorder {
         shape,
         ok: true,
@@ -558,7 +676,7 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
         if rule.cfa_base() != CFA_RSP || rule.bp_kind() == BP_AT_RBP {
             rec.uses_bp(regs.bp, sp0);
         }
-        let Some(next) = step(rule, &regs, &bounds) else {
+        let Some(next) = step(rule, &regs, bounds) else {
             // Where a step fails depends on where the stack ends, not only on the words read.
             rec.ok = false;
             break;
@@ -567,7 +685,7 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
             rec.push(at, sp0, next.regs.sp, true);
         }
         rec.push(next.ra_at, sp0, next.regs.pc, false);
-        rec.shape.top = next.regs.sp - sp0;
+        rec.reach(next.regs.sp - sp0);
         if let Some(at) = next.bp_at {
             rec.bp_from = Some(at);
             rec.bp_checked = false;
@@ -582,49 +700,47 @@ fn walk(local: &mut Local, mut regs: Regs, out: &mut [usize; NFRAMES], skip: imp
         if n > 0 || !skip(regs.pc) {
             out[n] = regs.pc;
             n += 1;
-            if rec.ok {
-                // The check just pushed is this return address.
-                rec.shape.frames |= 1 << (rec.shape.len - 1);
-            }
             if n == NFRAMES {
                 break;
             }
         }
         lookup = regs.pc - 1;
     }
-    if !rec.ok {
+    out[n..].fill(0);
+    if rec.ok {
+        rec.shape.frames = *out;
+    } else {
         rec.shape.len = 0;
     }
-    true
 }
 
-/// Checks whether the stack above `sp0` has `shape` and if so fills `out` from it.
+/// Checks whether the stack above `sp0` (the bounds' low end) has `shape` and if so fills `out`
+/// from it.
 #[inline(always)]
 fn replay(shape: &Shape, sp0: usize, bp0: usize, b: &Bounds, out: &mut [usize; NFRAMES]) -> bool {
-    if shape.len == 0 || sp0.wrapping_add(shape.top) > b.hi {
+    let len = usize::from(shape.len).min(CHECKS);
+    if len == 0 || shape.span as usize > b.hi - b.lo {
         return false;
     }
     if shape.bp0.is_some_and(|rel| bp0.wrapping_sub(sp0) != rel) {
         return false;
     }
-    for k in 0..shape.len.min(CHECKS) {
-        // The loads do not depend on each other: predicting each check to pass, the processor
-        // has them all under way at once.
+    // The checks go in the order the walk read the words and stop at the first that differs:
+    // while they match, the next word is one the walk itself would read, on this stack. Read
+    // further, a word could lie above the stack's real top when the mapping its bounds came from
+    // has since changed (the JVM turns the pages above one thread's stack into another's guard
+    // pages after the first walk). The loads still do not depend on each other: predicting each
+    // check to pass, the processor has them all under way at once.
+    for k in 0..len {
         let at = shape.at[k];
-        let base = if at & RELATIVE != 0 { sp0 } else { 0 };
+        // All ones when the word is a stack address, compared relative to the start.
+        let relative = (at as i16 >> 15) as isize as usize;
         let word = b.read(sp0 + usize::from(at & !RELATIVE));
-        if word.map(|w| w.wrapping_sub(base)) != Some(shape.want[k]) {
+        if word.map(|w| w.wrapping_sub(sp0 & relative)) != Some(shape.want[k]) {
             return false;
         }
     }
-    let mut frames = shape.frames;
-    for slot in out.iter_mut() {
-        if frames == 0 {
-            break;
-        }
-        *slot = shape.want[frames.trailing_zeros() as usize];
-        frames &= frames - 1;
-    }
+    *out = shape.frames;
     true
 }
 
@@ -1101,6 +1217,100 @@ mod tests {
         assert_eq!(out[..5], again[..5]);
         assert_ne!(out[5], again[5]);
         assert_eq!(out[6..], again[6..]);
+    }
+
+    /// Walks from a stack `level` calls deep, each call through `left` or `right` as the bits of
+    /// `path` say.
+    #[inline(never)]
+    fn fork_path(path: usize, level: usize, out: &mut [usize; NFRAMES]) -> bool {
+        if level == 0 {
+            capture(here(), out, |_| false)
+        } else if path & 1 == 0 {
+            left(path >> 1, level - 1, out)
+        } else {
+            right(path >> 1, level - 1, out)
+        }
+    }
+
+    #[inline(never)]
+    fn left(path: usize, level: usize, out: &mut [usize; NFRAMES]) -> bool {
+        let r = fork_path(path, level, out);
+        core::hint::black_box(1);
+        r
+    }
+
+    #[inline(never)]
+    fn right(path: usize, level: usize, out: &mut [usize; NFRAMES]) -> bool {
+        let r = fork_path(path, level, out);
+        core::hint::black_box(2);
+        r
+    }
+
+    #[inline(never)]
+    fn nest_then_fork(depth: usize, path: usize, out: &mut [usize; NFRAMES]) -> bool {
+        if depth == 0 {
+            fork_path(path, 2, out)
+        } else {
+            let r = nest_then_fork(depth - 1, path, out);
+            core::hint::black_box(depth);
+            r
+        }
+    }
+
+    /// Walks from `sites` distinct call stacks (at most 32), `rounds` times over, on a new
+    /// thread; returns the replays of the last round, whether the thread had a large table then,
+    /// and its address. Stack `i` is `i % 8` calls of `nest_then_fork` and two of `left` or
+    /// `right` below: all differ within their innermost ten frames, and they start from eight
+    /// stack depths with two first callers, so they spread over the table as a program's do.
+    fn many_sites(sites: usize, rounds: usize) -> (usize, bool, usize) {
+        #[inline(never)]
+        fn walk_at(i: usize) -> [usize; NFRAMES] {
+            let mut out = [0; NFRAMES];
+            assert!(nest_then_fork(i % 8, i / 8, &mut out));
+            out
+        }
+        std::thread::spawn(move || {
+            let mut first = Vec::new();
+            let mut replays = 0;
+            for round in 0..rounds {
+                let before = REPLAYS.get();
+                // One call site for every round, so every round walks the same stacks.
+                let got: Vec<_> = (0..sites).map(walk_at).collect();
+                replays = REPLAYS.get() - before;
+                if round == 0 {
+                    first = got;
+                } else {
+                    assert_eq!(got, first, "round {round}");
+                }
+            }
+            let large = LOCAL.with(|cell| {
+                // SAFETY: no walk runs on this thread meanwhile.
+                unsafe { (*cell.get()).large as usize }
+            });
+            (replays, large != 0, large)
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A thread that walks from more stacks than its small table holds borrows a large one, which
+    /// then answers nearly every walk; when it exits, the next thread gets the same table.
+    #[test]
+    fn busy_threads_borrow_a_large_table() {
+        thread_tables::init();
+        // Thirty-two shapes, too many for the small table.
+        let rounds = 2 + BORROW_AFTER as usize / 32;
+        let (replays, large, table) = many_sites(32, rounds);
+        assert!(large, "no large table");
+        assert!(replays >= 24, "{replays} of 32 walks replayed");
+        // A thread that walks from one stack never borrows.
+        let (replays, large, _) = many_sites(1, 2 * BORROW_AFTER as usize);
+        assert!(!large && replays == 1);
+        // The first thread's table went back to the pool at its exit and is lent again, its
+        // old shapes emptied: the walks are still right (checked inside) and replayed.
+        let (replays, large, again) = many_sites(32, rounds);
+        assert!(large && replays >= 24, "{replays}");
+        assert_eq!(again, table);
     }
 
     #[inline(never)]

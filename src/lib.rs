@@ -16,6 +16,8 @@ mod procmaps;
 mod reach;
 mod spinlock;
 mod thread;
+#[cfg(target_arch = "x86_64")]
+mod thread_tables;
 mod unwind;
 
 // A unit-test binary must not replace its own allocator or run our constructor: the exports, the

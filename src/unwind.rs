@@ -24,7 +24,10 @@ static OWN_HI: AtomicUsize = AtomicUsize::new(0);
 /// allocation; `dl_iterate_phdr` does not allocate.
 pub fn init() {
     #[cfg(target_arch = "x86_64")]
-    fastunwind::init();
+    {
+        fastunwind::init();
+        crate::thread_tables::init();
+    }
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
@@ -87,7 +90,6 @@ pub fn here() -> Origin {
 /// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest. The
 /// caller holds the reentrancy guard, since either unwinder may allocate on first use.
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
-    *out = [0; NFRAMES];
     // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
     #[cfg(target_arch = "x86_64")]
     if crate::options::get().unwinder == Unwinder::Fast && fastunwind::capture(from, out, is_own) {
@@ -95,6 +97,7 @@ pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = from;
+    *out = [0; NFRAMES];
     capture_backtrace(out);
 }
 
