@@ -12,10 +12,11 @@
 //! without allocating, the threads are released and only then are the results grouped,
 //! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
 
+use crate::analysis::arena::{self, Words};
+use crate::analysis::reach::{Blocks, Class, Marker};
 use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
-use crate::reach::{Blocks, Class, Marker};
 use crate::stopworld::{self, Seen, World};
 use crate::{bootstrap, options, procmaps, thread, unwind};
 use core::fmt::Write;
@@ -130,85 +131,19 @@ fn objects() -> Objects {
     objs
 }
 
-/// glibc's `main_arena`, found in libc's writable data by its signature (as in gdb/dmemlib/roots.py): in its
-/// `bins` array an empty bin's pair of words (fd, bk) at address Q both hold Q - 16. The longest
-/// run of such pairs, 16 bytes apart and at least 32 long, is taken as `bins`; the struct runs
-/// from 112 bytes before it (mutex, flags, have_fastchunks, fastbinsY[10], top, last_remainder)
-/// to 96 bytes after its last pair (binmap, next, next_free, attached_threads and the two
-/// system_mem counters, rounded up). Runs while other threads are stopped, so the bins hold
-/// still; it reads only memory and allocates nothing.
-fn main_arena(segments: &[(usize, usize)]) -> Option<(usize, usize)> {
-    let mut best = (0usize, 0usize); // (pairs, first pair)
-    for &(start, end) in segments {
-        let start = (start + 7) & !7;
-        for phase in [0, 8] {
-            let (mut run, mut first) = (0, 0);
-            let mut q = start + phase;
-            while q + 16 <= end {
-                // SAFETY: q and q + 8 lie inside a mapped writable segment of libc and are
-                // 8-byte aligned.
-                let (fd, bk) = unsafe { ((q as *const usize).read(), ((q + 8) as *const usize).read()) };
-                if fd == q.wrapping_sub(16) && bk == fd {
-                    if run == 0 {
-                        first = q;
-                    }
-                    run += 1;
-                    if run > best.0 {
-                        best = (run, first);
-                    }
-                } else {
-                    run = 0;
-                }
-                q += 16;
-            }
-        }
-    }
-    let (pairs, mut first) = best;
-    if pairs < 32 {
-        return None;
-    }
-    // Bins that hold chunks (at exit, after __libc_freeres, the first few usually do) break the
-    // run; extend it over bins whose chunks link back to them, up to the 127 pairs of `bins`,
-    // so the struct is placed exactly (the gdb side does the same, in gdb/dmemlib/roots.py).
-    let mut last = first + 16 * (pairs - 1);
-    while last - first < 16 * (BIN_PAIRS - 1) && linked_bin(first - 16) {
-        first -= 16;
-    }
-    while last - first < 16 * (BIN_PAIRS - 1) && linked_bin(last + 16) {
-        last += 16;
-    }
-    Some((first - 96 - 16, last + 16 + 16 + 64))
-}
+/// This process's memory as the shared analysis reads it: with `process_vm_readv`, so an address
+/// that is not mapped (a bin's pair of words that is no bin points anywhere) reads as nothing
+/// instead of faulting.
+struct OwnMemory;
 
-/// Pairs of words in glibc's `bins` array (`NBINS * 2 - 2` words).
-const BIN_PAIRS: usize = 127;
-
-/// Whether the pair of words at `q` is a glibc bin that holds chunks: its first chunk's `bk` and
-/// its last chunk's `fd` both lead back to the bin, whose chunk-shaped address is `q - 16`.
-/// The chunks are read with checked reads, since a pair that is not a bin points anywhere.
-fn linked_bin(q: usize) -> bool {
-    let word = |a: usize| {
-        let mut w = None;
-        stopworld::read_words_checked(a, a + 8, &mut |v| w = Some(v));
-        w
-    };
-    let (Some(fd), Some(bk)) = (word(q), word(q + 8)) else {
-        return false;
-    };
-    word(fd.wrapping_add(24)) == Some(q - 16) && word(bk.wrapping_add(16)) == Some(q - 16)
-}
-
-/// `[start, end)` less `cut`, as up to two ranges.
-fn subtract((start, end): (usize, usize), (cs, ce): (usize, usize), out: &mut Vec<(usize, usize)>) {
-    if ce <= start || cs >= end {
-        out.push((start, end));
-        return;
-    }
-    if start < cs {
-        out.push((start, cs));
-    }
-    if ce < end {
-        out.push((ce, end));
+impl Words for OwnMemory {
+    fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+        let mut n = 0;
+        stopworld::read_words_checked(addr, addr + 8 * buf.len(), &mut |w| {
+            buf[n] = w;
+            n += 1;
+        });
+        n
     }
 }
 
@@ -365,10 +300,10 @@ pub fn leak_report(entry: &Entry) -> usize {
 
     world.stop();
     roots.extend_from_slice(&objs.data);
-    let arena = main_arena(&objs.libc_data);
+    let arena = arena::main_arena(&OwnMemory, &objs.libc_data);
     for &seg in &objs.libc_data {
         match arena {
-            Some(cut) => subtract(seg, cut, &mut roots),
+            Some(cut) => arena::subtract(seg, cut, &mut roots),
             None => roots.push(seg),
         }
     }

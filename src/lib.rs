@@ -3,6 +3,7 @@
 // The unit-test build leaves out the exports, so much of the crate is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod analysis;
 mod bootstrap;
 mod diag;
 mod engine;
@@ -13,7 +14,6 @@ mod layout;
 mod lists;
 mod options;
 mod procmaps;
-mod reach;
 mod spinlock;
 mod thread;
 #[cfg(target_arch = "x86_64")]

@@ -4,8 +4,8 @@
 //! it walks the environment string in place and copies the one string-valued option into a
 //! fixed buffer.
 
+use crate::analysis::reach::Class;
 use crate::diag::Out;
-use crate::reach::Class;
 use core::cell::UnsafeCell;
 
 #[derive(Clone, Copy, PartialEq, Eq)]

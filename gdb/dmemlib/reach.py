@@ -1,5 +1,5 @@
 """Reachability: the graph of pointers between live blocks, the mark from the roots, and the
-leak classes, as valgrind's memcheck defines them (mc_leakcheck.c; the exit report in src/reach.rs
+leak classes, as valgrind's memcheck defines them (mc_leakcheck.c; the exit report in src/analysis/reach.rs
 follows the same definition):
 
 * Every aligned 8-byte word of a root or of a marked block is a pointer candidate.  A word equal

@@ -1,0 +1,11 @@
+//! The analysis both sides of dmem run: the library's exit report (in the process, at exit) and
+//! the launcher (over a core file or a running process). Each definition lives here once.
+//!
+//! The library mounts this folder as `crate::analysis`, the launcher as a module of its own with
+//! `#[path]`, so neither links the other: the library stays free of the launcher's dependencies
+//! and the launcher never carries the library's malloc exports. Code here therefore uses only
+//! `core` and `alloc`/`std` collections, no crate of either side, and never allocates where its
+//! comments say it runs while the process's other threads are stopped.
+
+pub mod arena;
+pub mod reach;
