@@ -126,8 +126,7 @@ fn fixtures_match_bare_run_with_log_allocs_and_without() {
 }
 
 fn under_backend(name: &str) {
-    let Some((_, lib)) = common::backends().into_iter().find(|(n, _)| *n == name) else {
-        eprintln!("skipped: backend {name} is not installed");
+    let Some(lib) = common::backend(name) else {
         return;
     };
     let mut failures = compare_all("", Some(&lib));
@@ -549,11 +548,8 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
 
 fn cores_possible() -> bool {
     let piped = std::fs::read_to_string("/proc/sys/kernel/core_pattern").is_ok_and(|p| p.starts_with('|'));
-    if piped && common::which("gdb").is_none() {
-        eprintln!("skipped: cores go to a crash handler and gdb is absent");
-        return false;
-    }
-    true
+    // Where cores go to a crash handler, gdb's gcore writes them instead.
+    !piped || common::have_tool("gdb")
 }
 
 /// Makes a core of the driver with `lib` preloaded and finds its leak by the contract alone.
@@ -616,10 +612,10 @@ fn core_of_a_stripped_library_holds_the_drivers_leak() {
     if !cores_possible() {
         return;
     }
-    let Some(strip) = common::which("strip") else {
-        eprintln!("skipped: strip is not installed");
+    if !common::have_tool("strip") {
         return;
-    };
+    }
+    let strip = common::which("strip").expect("strip is on PATH");
     let dir = common::scratch_dir("driver_core_stripped");
     let lib = dir.join("libdmem.so");
     let out = run_limited(

@@ -694,8 +694,8 @@ fn compare_programs(tag: &str, opts: &str, backend: Option<&Path>) -> Vec<String
         if backend.is_some() && !case.every_backend {
             continue;
         }
-        if let Some(missing) = case.needs.iter().find(|t| find(t).is_none()) {
-            eprintln!("skipped {}: {missing} is not installed", case.name);
+        if let Some(tool) = case.needs.iter().find(|t| find(t).is_none()) {
+            common::missing(&format!("{tool}, which the {} case runs,", case.name));
             continue;
         }
         let dir = common::scratch_dir(&format!("programs_{tag}_{}", case.name));
@@ -737,8 +737,7 @@ fn programs_match_bare_run_while_tracing() {
 }
 
 fn over_backend(name: &str) {
-    let Some((_, lib)) = common::backends().into_iter().find(|(n, _)| *n == name) else {
-        eprintln!("skipped: backend {name} is not installed");
+    let Some(lib) = common::backend(name) else {
         return;
     };
     assert_none(

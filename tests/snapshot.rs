@@ -52,7 +52,7 @@ fn protobuf_python() -> Option<PathBuf> {
             return Some(py);
         }
     }
-    eprintln!("skipped: no python3 can import google.protobuf (.ci/run installs python3-protobuf)");
+    common::missing("a python3 that can import google.protobuf (python3-protobuf)");
     None
 }
 

@@ -507,10 +507,11 @@ fn top_says_in_one_line_why_it_may_not_read() {
     let mut cmd = if rt_heartbeat() {
         // Root has CAP_SYS_PTRACE; drop it (an empty bounding set leaves no capability after
         // exec), as an unprivileged user would be.
-        let Some(setpriv) = common::which("setpriv") else {
-            eprintln!("skipped: running as root and setpriv (util-linux) is not installed");
+        // Running as root, setpriv (util-linux) drops the capability.
+        if !common::have_tool("setpriv") {
             return;
-        };
+        }
+        let setpriv = common::which("setpriv").expect("setpriv is on PATH");
         let mut c = Command::new(setpriv);
         c.args(["--inh-caps=-all", "--bounding-set=-all", "--"])
             .arg(env!("CARGO_BIN_EXE_dmem"));

@@ -47,14 +47,37 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Whether `tool` is on PATH. A test that needs a missing tool calls this, returns early and
-/// so passes, after this prints that it skips (CI installs every tool).
+/// A test cannot run because `what` is missing here. Under `CI=true`, where `.ci/run` installs
+/// every tool the tests use, that is a failure naming it; elsewhere the test prints that it skips
+/// (once per missing thing and test binary) and the caller returns.
+pub fn missing(what: &str) {
+    if std::env::var_os("CI").is_some_and(|v| v == "true") {
+        panic!("{what} is missing, and under CI=true every test must run (.ci/run installs it)");
+    }
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|w| w == what) {
+        eprintln!("skipped: {what} is missing here (.ci/run installs it)");
+        said.push(what.to_owned());
+    }
+}
+
+/// Whether `tool` is on PATH; when it is not, says so through `missing` (which fails under CI).
 pub fn have_tool(tool: &str) -> bool {
     if which(tool).is_some() {
         return true;
     }
-    eprintln!("skipping: {tool} is not installed here (.ci/run installs it)");
+    missing(tool);
     false
+}
+
+/// The backend allocator `name` from Debian's packages, or None after `missing` said so.
+pub fn backend(name: &str) -> Option<PathBuf> {
+    let found = backends().into_iter().find(|(n, _)| *n == name).map(|(_, p)| p);
+    if found.is_none() {
+        missing(&format!("the {name} package"));
+    }
+    found
 }
 
 /// A command with libdmem preloaded (before `extra_preload`, e.g. another allocator) and
