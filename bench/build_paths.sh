@@ -1,5 +1,7 @@
+# shellcheck shell=sh
 # Sourced by the bench scripts: builds release and sets `out_dir` (where build.rs put the
-# fixtures) and `target_dir` (where the library and the launcher are).
+# fixtures) and `target_dir` (where the library and the launcher are), which those scripts read.
+# shellcheck disable=SC2034
 out_dir=$(cargo build --release --message-format=json-render-diagnostics |
     python3 -c 'import json, sys
 for line in sys.stdin:

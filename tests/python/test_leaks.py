@@ -181,7 +181,8 @@ class ClassificationTests(unittest.TestCase):
             w = World()
             held = [w.block(16, k=1) for _ in range(10)]
             orphan = [w.block(16, k=2) for _ in range(10)]
-            singles = [w.block(24, k=3) for _ in range(5)]
+            for _ in range(5):  # five single blocks nothing points to
+                w.block(24, k=3)
             for chain in (held, orphan):
                 for a, b in zip(chain, chain[1:]):
                     w.put(a, b)

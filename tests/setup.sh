@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what the tests and the lints need and a fresh Debian machine lacks, then returns; the
+# README's test command runs it first. Nothing is installed when everything is there already.
+set -euo pipefail
+
+# PACKAGE, or PACKAGE:PROGRAM when the program may come from elsewhere (Node from NodeSource or
+# nvm, a JDK unpacked by hand): then the program on PATH is enough, and Debian's package is only
+# installed when it is absent.
+packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3 python3-numpy
+    python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
+    nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz)
+missing=()
+for entry in "${packages[@]}"; do
+    p=${entry%%:*}
+    prog=${entry#"$p"}
+    prog=${prog#:}
+    if [ -n "$prog" ] && command -v "$prog" >/dev/null; then
+        continue
+    fi
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" apt-get update
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# The lints: rustfmt and clippy come with rustup's default profile; add them where they do not.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add rustfmt clippy
+fi
