@@ -6,7 +6,7 @@
 //! handed to the real free. Another thread that allocates while one thread resolves also uses the
 //! arena rather than waiting, so no lock order between us and the loader's lock can deadlock.
 
-use crate::{diag, layout, options, unwind};
+use crate::{diag, layout, options, sink, unwind};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use libc::{c_int, c_void, size_t};
@@ -65,8 +65,11 @@ fn init_slow() -> Option<&'static Real> {
     // SAFETY: we won the transition to RESOLVING, so we are the only writer, and no reader looks
     // before READY is published below.
     unsafe { *REAL.0.get() = Some(resolved) };
+    // Standard error first, so a warning about the options reaches it.
+    sink::init_stderr();
     options::parse();
-    diag::init_trace();
+    let o = options::get();
+    sink::init_files(&o.trace_file, o.trace_stderr, &o.report_file, o.append_files);
     unwind::init();
     if options::get().record {
         layout::FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);

@@ -1,13 +1,12 @@
 //! Everything libdmem writes: the call trace, the bad-free reports and the one way frames are
-//! described (also used by the exit report).
+//! described (also used by the exit report). Where it goes is `sink.rs`'s job.
 //!
 //! The trace runs inside malloc, so it formats into a buffer on the stack and writes with one
 //! `write(2)` per line: no allocation, no stdio, no locks beyond the kernel's.
 
 use crate::header::{Header, NFRAMES};
-use crate::{options, thread};
+use crate::{sink, thread};
 use core::fmt::Write;
-use core::sync::atomic::{AtomicI32, Ordering};
 
 const BUF: usize = 512;
 
@@ -28,8 +27,10 @@ impl Out {
         }
     }
 
+    /// Output meant for the program's standard error, through libdmem's private copy of it;
+    /// dropped when that is gone (see `sink.rs`).
     pub fn stderr() -> Out {
-        Out::to_fd(2)
+        Out::to_fd(sink::stderr_fd().unwrap_or(-1))
     }
 
     pub fn bytes(&mut self, b: &[u8]) -> &mut Out {
@@ -79,23 +80,8 @@ impl Out {
     }
 
     pub fn flush(&mut self) {
-        let mut done = 0;
-        while done < self.len {
-            // The raw system call, not libc's `write`: that is a cancellation point, and malloc
-            // (which traces through here) must not be one.
-            // SAFETY: the slice buf[done..len] is initialised memory we own; write only reads it.
-            let n = unsafe {
-                libc::syscall(
-                    libc::SYS_write,
-                    self.fd,
-                    self.buf[done..].as_ptr(),
-                    self.len - done,
-                )
-            };
-            if n <= 0 {
-                break;
-            }
-            done += n as usize;
+        if self.fd >= 0 {
+            sink::write_all(self.fd, &self.buf[..self.len]);
         }
         self.len = 0;
     }
@@ -121,51 +107,15 @@ impl Drop for Out {
     }
 }
 
-/// Where trace lines go: -1 while tracing is off.
-static TRACE_FD: AtomicI32 = AtomicI32::new(-1);
-
-/// Opens the trace destination the options ask for. Runs once at start-up.
-pub fn init_trace() {
-    let o = options::get();
-    if o.trace_file[0] != 0 {
-        // SAFETY: trace_file is NUL-terminated (the parser keeps the value shorter than the
-        // buffer) and open does not retain the pointer.
-        let fd = unsafe {
-            libc::open(
-                o.trace_file.as_ptr().cast(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
-        if fd < 0 {
-            Out::stderr()
-                .str("dmem: cannot open trace-file '")
-                .bytes(cstr(&o.trace_file))
-                .str("'; tracing to stderr\n")
-                .flush();
-            TRACE_FD.store(2, Ordering::Relaxed);
-        } else {
-            TRACE_FD.store(fd, Ordering::Relaxed);
-        }
-    } else if o.trace_stderr {
-        TRACE_FD.store(2, Ordering::Relaxed);
-    }
-}
-
-fn cstr(buf: &[u8]) -> &[u8] {
-    &buf[..buf.iter().position(|&b| b == 0).unwrap_or(buf.len())]
-}
-
 /// Whether trace lines are written: one load, for the entry points' fast path.
 #[inline(always)]
 pub fn tracing() -> bool {
-    TRACE_FD.load(Ordering::Relaxed) >= 0
+    sink::tracing()
 }
 
-/// A trace line in progress, or None when tracing is off.
+/// A trace line in progress, or None when tracing is off or its destination is gone.
 pub fn trace() -> Option<Out> {
-    let fd = TRACE_FD.load(Ordering::Relaxed);
-    (fd >= 0).then(|| Out::to_fd(fd))
+    sink::trace_fd().map(Out::to_fd)
 }
 
 /// What went wrong with a pointer handed to free or realloc.
@@ -178,8 +128,9 @@ pub enum BadFree {
 }
 
 /// Reports a bad free in one line, naming the pointer and, for a double free, the stack that
-/// allocated the block, then aborts unless `ignore-bad-free` is set. Returns when ignoring.
-pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>) {
+/// allocated the block, then aborts unless `ignore` (`ignore-bad-free`) is set. Returns when
+/// ignoring.
+pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>, ignore: bool) {
     let mut out = Out::stderr();
     out.str("dmem: ").str(func).str("(").ptr(user).str("): ");
     match kind {
@@ -209,13 +160,9 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
             describe_pc(&mut out, pc);
         }
     }
-    out.str(if options::get().ignore_bad_free {
-        " (ignored)\n"
-    } else {
-        "; aborting\n"
-    });
+    out.str(if ignore { " (ignored)\n" } else { "; aborting\n" });
     out.flush();
-    if !options::get().ignore_bad_free {
+    if !ignore {
         // SAFETY: abort never returns; raising SIGABRT is what glibc does on a detected bad free,
         // so a core file exists for the post-mortem.
         unsafe { libc::abort() };

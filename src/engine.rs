@@ -8,6 +8,8 @@
 use crate::bootstrap::{self, Real};
 use crate::diag::{self, BadFree};
 use crate::header::{self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, SIZE_MASK};
+#[cfg(not(test))]
+use crate::signals;
 use crate::unwind::Origin;
 use crate::{lists, options, thread, unwind};
 
@@ -37,6 +39,14 @@ impl Errno {
         unsafe { *self.0 = code };
         core::ptr::null_mut()
     }
+}
+
+/// After a list changed: a fatal signal's report that waited for this thread to leave its list
+/// lock runs now (`signals.rs`).
+#[inline(always)]
+fn after_change() {
+    #[cfg(not(test))]
+    signals::check_pending();
 }
 
 fn enomem() -> *mut u8 {
@@ -140,6 +150,7 @@ pub fn allocate(size: usize, align_log2: u32, zeroed: bool, from: Origin) -> *mu
     // SAFETY: a fresh backend block of `total` bytes, so the header slot and user bytes are ours.
     let user = unsafe { publish(hdr, size, align_log2, Stack::From(from)) };
     saved.restore();
+    after_change();
     user
 }
 
@@ -157,7 +168,7 @@ fn arena(size: usize, align: usize) -> *mut u8 {
 #[inline(always)]
 fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
     if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
-        diag::bad_free(func, user, BadFree::Foreign, None);
+        diag::bad_free(func, user, BadFree::Foreign, None, options::get().ignore_bad_free);
         return None;
     }
     let hdr = header::from_user(user);
@@ -174,11 +185,17 @@ fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
         Ok(()) => Some(hdr),
         Err(MAGIC_FREED) => {
             // SAFETY: the magic says this was our header; its other fields are still readable.
-            diag::bad_free(func, user, BadFree::Double, Some(unsafe { &*hdr }));
+            diag::bad_free(
+                func,
+                user,
+                BadFree::Double,
+                Some(unsafe { &*hdr }),
+                options::get().ignore_bad_free,
+            );
             None
         }
         Err(_) => {
-            diag::bad_free(func, user, BadFree::Foreign, None);
+            diag::bad_free(func, user, BadFree::Foreign, None, options::get().ignore_bad_free);
             None
         }
     }
@@ -219,6 +236,7 @@ pub fn release(user: *mut u8) {
         dispose(real, hdr);
     }
     saved.restore();
+    after_change();
 }
 
 /// The usable size of a block we handed out: what the backend grants minus our lead.
@@ -319,5 +337,6 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
     let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames)) };
     saved.restore();
+    after_change();
     new
 }

@@ -18,7 +18,7 @@ use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
 use crate::stopworld::{self, Seen, World};
-use crate::{bootstrap, options, procmaps, thread, unwind};
+use crate::{bootstrap, options, procmaps, sink, thread, unwind};
 use core::fmt::Write;
 use std::collections::HashMap;
 
@@ -147,18 +147,23 @@ impl Words for OwnMemory {
     }
 }
 
-/// Where the exit report was entered from: the calling thread's callee-saved registers, taken
-/// in the caller's frame. The calling thread's stack is scanned from this struct up, so the
-/// report's own frames, which lie below it and hold block addresses of the mark in progress, are
-/// not taken for the program's references, while the registers are.
+/// Where the exit report was entered from, which decides where the calling thread's stack is
+/// scanned from: the report's own frames, and the dead slots of the frames that led to it,
+/// hold block addresses the program no longer has, so they must not be taken for references.
 pub struct Entry {
-    // Read by the stack scan, not by code.
+    /// The calling thread's callee-saved registers, taken in the caller's frame; scanned as part
+    /// of the stack when the scan starts at this struct.
     #[allow(dead_code)]
     regs: [usize; 6],
+    /// Where the stack scan starts instead, when the caller knows: the stack pointer of the
+    /// program's code that called our way out. Registers are then not roots, as in valgrind's
+    /// check after the process's last system call.
+    from: usize,
 }
 
 impl Entry {
-    /// Must be inlined into the caller, so the registers are the caller's.
+    /// Must be inlined into the caller, so the registers are the caller's; the stack is scanned
+    /// from this struct up.
     #[inline(always)]
     pub fn capture() -> Entry {
         #[allow(unused_mut)]
@@ -173,7 +178,15 @@ impl Entry {
                 out(reg) regs[4], out(reg) regs[5], options(nomem, nostack, preserves_flags),
             );
         }
-        Entry { regs }
+        Entry { regs, from: 0 }
+    }
+
+    /// The stack is scanned from `sp`, the stack pointer of the program's call into libdmem.
+    pub fn at(sp: usize) -> Entry {
+        Entry {
+            regs: [0; 6],
+            from: sp,
+        }
     }
 }
 
@@ -275,7 +288,10 @@ fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
 /// that `abort-shutdown` scrubs.
 #[inline(never)]
 pub fn leak_report(entry: &Entry) -> usize {
-    let own_sp = core::hint::black_box(entry) as *const Entry as usize;
+    let own_sp = match entry.from {
+        0 => core::hint::black_box(entry) as *const Entry as usize,
+        sp => sp,
+    };
     let _guard = thread::Guard::enter();
 
     // Everything that allocates or takes the loader's lock, before the stop.
@@ -439,26 +455,7 @@ fn plural(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
-/// stderr, or `report-file=PATH` when given (created or truncated).
+/// The report's destination: `report-file=PATH` when given, else standard error (see `sink.rs`).
 fn open_output() -> Out {
-    let path = &options::get().report_file;
-    if path[0] == 0 {
-        return Out::stderr();
-    }
-    // SAFETY: the path is NUL-terminated (the parser keeps it shorter than its buffer).
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    if fd < 0 {
-        let _ = writeln!(
-            Out::stderr(),
-            "dmem: cannot open report-file; writing the leak report to stderr"
-        );
-        return Out::stderr();
-    }
-    Out::to_fd(fd)
+    Out::to_fd(sink::report_fd().unwrap_or(-1))
 }

@@ -14,6 +14,7 @@ mod layout;
 mod lists;
 mod options;
 mod procmaps;
+mod sink;
 mod spinlock;
 mod thread;
 #[cfg(target_arch = "x86_64")]
@@ -27,13 +28,19 @@ mod cxx;
 #[cfg(all(not(test), target_arch = "x86_64"))]
 mod dlhooks;
 #[cfg(not(test))]
+mod exits;
+#[cfg(not(test))]
 mod exports;
+#[cfg(not(test))]
+mod finish;
 #[cfg(not(test))]
 mod leak_report;
 #[cfg(not(test))]
 mod lifecycle;
 #[cfg(not(test))]
 mod own_heap;
+#[cfg(not(test))]
+mod signals;
 #[cfg(not(test))]
 mod stopworld;
 

@@ -34,6 +34,10 @@ pub struct Options {
     /// Exit status to use when the leak report finds leaks; None keeps the program's.
     pub leak_exitcode: Option<i32>,
     pub freeres: bool,
+    /// With `leak_report`, report when a fatal signal with its default action ends the process.
+    pub signal_report: bool,
+    /// Append to the trace and report files rather than truncate them.
+    pub append_files: bool,
 }
 
 enum Kind {
@@ -57,7 +61,7 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "trace-file",
         kind: Kind::Value("PATH", |o, v| set_path(&mut o.trace_file, v)),
-        help: "write the call trace to PATH (created or truncated) instead of stderr",
+        help: "write the call trace to PATH instead of stderr; %p in PATH is the process id, as for report-file",
     },
     Spec {
         name: "log-allocs",
@@ -73,12 +77,12 @@ static TABLE: &[Spec] = &[
         name: "abort-shutdown",
         kind: Kind::Flag(|o| o.abort_shutdown = true),
         help:
-            "abort() at normal exit after all other destructors, so the core holds exactly the unfreed blocks",
+            "abort() at exit (exit, return from main, _exit, quick_exit) after all other destructors, so the core holds exactly the unfreed blocks",
     },
     Spec {
         name: "leak-report",
         kind: Kind::Flag(|o| o.leak_report = true),
-        help: "at normal exit, report blocks definitely, indirectly or possibly lost, by stack, as valgrind classes them",
+        help: "at exit, however the program ends (exit, _exit, quick_exit, a fatal signal), report blocks definitely, indirectly or possibly lost, by stack, as valgrind classes them",
     },
     Spec {
         name: "leak-show",
@@ -88,12 +92,22 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "report-file",
         kind: Kind::Value("PATH", |o, v| set_path(&mut o.report_file, v)),
-        help: "write the leak report to PATH (created or truncated) instead of stderr",
+        help: "write the leak report to PATH instead of stderr; %p in PATH is the process id (a file per process), else descendants append to the file the first process created",
+    },
+    Spec {
+        name: "append-files",
+        kind: Kind::Flag(|o| o.append_files = true),
+        help: "append to trace-file and report-file instead of truncating them (set for its descendants by the process that created them)",
     },
     Spec {
         name: "leak-exitcode",
         kind: Kind::Value("N", set_exitcode),
         help: "exit with status N (0-255) when the leak report finds blocks definitely, indirectly or possibly lost",
+    },
+    Spec {
+        name: "no-signal-report",
+        kind: Kind::Flag(|o| o.signal_report = false),
+        help: "with leak-report, do not report when a fatal signal with its default action (SIGTERM, SIGINT, a crash) ends the program",
     },
     Spec {
         name: "no-freeres",
@@ -120,6 +134,10 @@ static TABLE: &[Spec] = &[
 /// Stores a path NUL-terminated, for open(2).
 fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> bool {
     if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
+        return false;
+    }
+    // Only `%p` and `%%` may follow a `%`, and the longest process id must still fit.
+    if !crate::sink::expand(v, u32::MAX, &mut [0; PATH_MAX]) {
         return false;
     }
     *dst = [0; PATH_MAX];
@@ -181,6 +199,8 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     report_file: [0; PATH_MAX],
     leak_exitcode: None,
     freeres: true,
+    signal_report: true,
+    append_files: false,
 }));
 
 pub fn get() -> &'static Options {
