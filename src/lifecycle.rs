@@ -1,6 +1,9 @@
-//! Process lifecycle: the library constructor, fork, and what happens at exit.
+//! Process lifecycle: the library constructor, fork, and the hooks of every way out (what each
+//! does is `finish.rs`'s job).
 
-use crate::{bootstrap, leak_report, lists, options, thread};
+use crate::finish::{self, Way};
+use crate::leak_report::Entry;
+use crate::{bootstrap, exits, lists, options, signals, sink, thread};
 use libc::c_void;
 
 // SAFETY: glibc declares `int on_exit(void (*)(int, void *), void *)`; the libc crate lacks it.
@@ -20,8 +23,16 @@ extern "C" fn constructor() {
     unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
     }
+    finish::set_pid();
+    if sink::created_shared_files() {
+        mark_files_created();
+    }
     let o = options::get();
     if o.abort_shutdown || o.leak_report {
+        exits::register();
+        if signals::wanted() {
+            signals::install();
+        }
         // on_exit handlers carry no DSO handle, so ours is not run early by our own
         // __cxa_finalize, and this one is registered before __libc_start_main registers the
         // loader's destructor runner: exit handlers run last-in first-out, so it runs after
@@ -29,6 +40,49 @@ extern "C" fn constructor() {
         // atexit, also hands us the exit status.
         // SAFETY: `at_exit` has the signature on_exit expects and ignores its argument.
         unsafe { on_exit(at_exit, core::ptr::null_mut()) };
+    }
+}
+
+// SAFETY: glibc's `char **environ`, the process's environment array.
+unsafe extern "C" {
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// `DMEM_OPTS=` followed by the options and `,append-files`, for the descendants.
+struct OptsBuf(core::cell::UnsafeCell<[u8; 8192]>);
+// SAFETY: written once, by the constructor, before any descendant can be started.
+unsafe impl Sync for OptsBuf {}
+static OPTS_BUF: OptsBuf = OptsBuf(core::cell::UnsafeCell::new([0; 8192]));
+
+/// Tells the descendants, exec'd ones too, that the trace and report files exist: the
+/// environment's `DMEM_OPTS` entry is pointed at a copy that ends in `append-files`, so they
+/// append instead of truncating what this process created. Only the array's slot changes:
+/// setenv would allocate, and its blocks would show in the report as the program's.
+fn mark_files_created() {
+    let prefix = b"DMEM_OPTS=";
+    // SAFETY: the constructor runs before main, while the environment is only read; each entry
+    // is a NUL-terminated string, and the array ends with a null pointer.
+    unsafe {
+        let mut slot = environ;
+        if slot.is_null() {
+            return;
+        }
+        while !(*slot).is_null() {
+            let entry = core::ffi::CStr::from_ptr(*slot).to_bytes();
+            if entry.starts_with(prefix) {
+                let buf = &mut *OPTS_BUF.0.get();
+                let add = b",append-files";
+                if entry.len() + add.len() + 1 > buf.len() {
+                    return;
+                }
+                buf[..entry.len()].copy_from_slice(entry);
+                buf[entry.len()..entry.len() + add.len()].copy_from_slice(add);
+                buf[entry.len() + add.len()] = 0;
+                *slot = buf.as_mut_ptr().cast();
+                return;
+            }
+            slot = slot.add(1);
+        }
     }
 }
 
@@ -47,59 +101,16 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     lists::unlock_all();
     thread::reset_tid();
+    finish::set_pid();
+    sink::after_fork_child();
 }
 
-extern "C" fn at_exit(status: libc::c_int, _: *mut c_void) {
-    let o = options::get();
-    // stdio is flushed only after the exit handlers; do it now so no output is lost whatever
-    // follows.
-    // SAFETY: fflush(NULL) flushes every stream.
-    unsafe { libc::fflush(core::ptr::null_mut()) };
-    if o.freeres {
-        free_libc_buffers();
-    }
-    let mut code = status;
-    if o.leak_report && leak_report::leak_report(&leak_report::Entry::capture()) > 0 {
-        code = o.leak_exitcode.unwrap_or(status);
-    }
-    if o.abort_shutdown {
-        scrub_stack();
-        // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
-        // never freed.
-        unsafe { libc::abort() };
-    }
-    // After __libc_freeres, libc's streams must not be touched again, so end the process here
-    // rather than returning into the rest of exit(); ours is the last handler that matters.
-    // SAFETY: _exit ends the process at once.
-    unsafe { libc::_exit(code) };
+/// The `on_exit` handler: hands its caller's stack pointer on (see `exits.rs`).
+#[unsafe(naked)]
+extern "C" fn at_exit(status: libc::c_int, arg: *mut c_void) {
+    core::arch::naked_asm!("lea rdx, [rsp + 8]", "jmp {}", sym exit_end)
 }
 
-/// Zeroes the stack below this frame. The leak report's frames left block addresses in dead
-/// stack slots; a debugger scanning the core from abort's stack pointer would take them for live
-/// references and disagree with the report.
-#[inline(never)]
-fn scrub_stack() {
-    let mut area = [0usize; 8192];
-    for w in area.iter_mut() {
-        // SAFETY: a plain write to our own local array; volatile so it is not optimised away.
-        unsafe { core::ptr::write_volatile(w, 0) };
-    }
-    core::hint::black_box(&area);
-}
-
-/// The C and C++ runtimes' own caches (stdio buffers, locale data, libstdc++'s emergency
-/// exception pool) are never freed otherwise. valgrind calls these two, in this order, so that
-/// they do not show up as the program's memory; so do we, so that the counts agree.
-fn free_libc_buffers() {
-    for name in [c"_ZN9__gnu_cxx9__freeresEv", c"__libc_freeres"] {
-        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; each symbol, when present,
-        // is a `void f(void)` of glibc (`__libc_freeres`) or libstdc++ (`__gnu_cxx::__freeres`).
-        unsafe {
-            let f = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
-            if !f.is_null() {
-                let f: extern "C" fn() = core::mem::transmute::<*mut c_void, extern "C" fn()>(f);
-                f();
-            }
-        }
-    }
+extern "C" fn exit_end(status: libc::c_int, _: *mut c_void, caller_sp: usize) -> ! {
+    finish::finish(status, Way::Exit, &Entry::at(caller_sp))
 }

@@ -182,6 +182,27 @@ pub fn lock_all() {
     }
 }
 
+/// Takes every lock, waiting at most `wait_ns` in all, for a report in a signal handler: a lock
+/// still taken after that is most likely held by the very thread the signal interrupted, which
+/// can never release it while the handler runs. On failure nothing stays locked.
+#[cfg(not(test))]
+pub fn try_lock_all_within(wait_ns: u64) -> bool {
+    let deadline = crate::stopworld::now_ns() as u64 + wait_ns;
+    for (i, l) in LISTS.iter().enumerate() {
+        while !l.lock.try_lock() {
+            if crate::stopworld::now_ns() as u64 > deadline {
+                for taken in &LISTS[..i] {
+                    // SAFETY: taken by this loop just above, on this thread.
+                    unsafe { taken.lock.unlock() };
+                }
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+    true
+}
+
 /// After fork, in the parent and in the child (where the locks were taken by this very thread).
 pub fn unlock_all() {
     for l in LISTS.iter() {

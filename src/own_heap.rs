@@ -2,9 +2,74 @@
 //! library allocates (the unwinder's caches, symbolisation at exit) goes straight to the real
 //! allocator, untracked, so it can never recurse into the tracked path or show up as the
 //! program's memory.
+//!
+//! A report made inside a fatal signal's handler cannot use the real allocator: the interrupted
+//! thread, or a thread stopped for the report, may hold its lock. `enter_emergency` switches the
+//! heap, for good, to pages mapped for it alone, handed out by a bump pointer and never freed.
 
 use crate::bootstrap;
 use core::alloc::{GlobalAlloc, Layout};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static EMERGENCY: AtomicBool = AtomicBool::new(false);
+/// The emergency pages: the next free byte and the end of the current mapping.
+static BUMP: AtomicUsize = AtomicUsize::new(0);
+static BUMP_END: AtomicUsize = AtomicUsize::new(0);
+/// Held while a new mapping is installed.
+static REFILL: AtomicBool = AtomicBool::new(false);
+/// Each emergency mapping's size at least; reserved lazily by the kernel, so only what is
+/// touched costs memory.
+const CHUNK: usize = 64 << 20;
+
+/// From now on the heap never calls the real allocator (see the module comment).
+pub fn enter_emergency() {
+    EMERGENCY.store(true, Ordering::SeqCst);
+}
+
+fn emergency_alloc(layout: Layout) -> *mut u8 {
+    loop {
+        let cur = BUMP.load(Ordering::Acquire);
+        let start = (cur + layout.align() - 1) & !(layout.align() - 1);
+        let end = start.wrapping_add(layout.size());
+        if cur != 0 && end <= BUMP_END.load(Ordering::Acquire) && end >= start {
+            if BUMP
+                .compare_exchange(cur, end, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return start as *mut u8;
+            }
+            continue;
+        }
+        if REFILL.swap(true, Ordering::Acquire) {
+            core::hint::spin_loop();
+            continue;
+        }
+        if BUMP.load(Ordering::Acquire) != cur {
+            // Another thread installed a mapping meanwhile.
+            REFILL.store(false, Ordering::Release);
+            continue;
+        }
+        let len = CHUNK.max(layout.size() + layout.align());
+        // SAFETY: an anonymous private mapping; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            REFILL.store(false, Ordering::Release);
+            return core::ptr::null_mut();
+        }
+        BUMP_END.store(p as usize + len, Ordering::Release);
+        BUMP.store(p as usize, Ordering::Release);
+        REFILL.store(false, Ordering::Release);
+    }
+}
 
 pub struct RealHeap;
 
@@ -12,6 +77,9 @@ pub struct RealHeap;
 // with at least the requested size and alignment, and goes back to the allocator it came from.
 unsafe impl GlobalAlloc for RealHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if EMERGENCY.load(Ordering::Relaxed) {
+            return emergency_alloc(layout);
+        }
         let Some(real) = bootstrap::real() else {
             return bootstrap::arena_alloc(layout.size(), layout.align());
         };
@@ -30,6 +98,11 @@ unsafe impl GlobalAlloc for RealHeap {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // In an emergency nothing goes back: not the bump pages, and not the real allocator's
+        // blocks either, whose free would take its lock.
+        if EMERGENCY.load(Ordering::Relaxed) {
+            return;
+        }
         if bootstrap::arena_contains(ptr) {
             return;
         }

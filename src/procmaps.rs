@@ -1,4 +1,4 @@
-//! Which mapping of the process holds an address, from `/proc/self/maps`, without allocating and
+//! Which mapping of the process holds an address, from `/proc/thread-self/maps`, without allocating and
 //! without taking any lock in user space.
 //!
 //! The stack walker needs the bounds of the stack it walks, and the exit report needs the
@@ -28,15 +28,24 @@ pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
 }
 
 fn scan(addr: usize) -> Option<(usize, usize)> {
-    // SAFETY: openat with AT_FDCWD and a NUL-terminated absolute path; the result is checked.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            c"/proc/self/maps".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
+    // The calling thread's view first: once the main thread has called pthread_exit, the
+    // process's own /proc/PID/maps reads empty (the leader has no memory map any more), while
+    // every live thread's shows the map they share.
+    let open = |path: &core::ffi::CStr| {
+        // SAFETY: openat with AT_FDCWD and a NUL-terminated absolute path; the result is checked.
+        unsafe {
+            libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        }
     };
+    let mut fd = open(c"/proc/thread-self/maps");
+    if fd < 0 {
+        fd = open(c"/proc/self/maps");
+    }
     if fd < 0 {
         return None;
     }

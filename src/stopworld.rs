@@ -193,6 +193,9 @@ impl World {
                         tp: slot.tp.load(Ordering::Relaxed),
                     })
                 }
+                // A thread that has exited but is still listed (a main thread that called
+                // pthread_exit stays a zombie until the process ends) has nothing to scan.
+                ABANDONED if task_exited(tid) => None,
                 ABANDONED => match syscall_sp(tid) {
                     Err(()) => None,
                     Ok(sp) => Some(Seen::NotStopped { tid, sp }),
@@ -329,7 +332,7 @@ fn futex(word: &AtomicU32, op: c_int, val: u32, timeout_ns: Option<i64>) {
     }
 }
 
-fn now_ns() -> i64 {
+pub fn now_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -421,20 +424,45 @@ fn read_small(path: &[u8], buf: &mut [u8]) -> Result<usize, ()> {
     Ok(len)
 }
 
+/// `/proc/self/task/TID/NAME`, NUL-terminated, in `path`; returns its length without the NUL.
+fn task_file(tid: u32, name: &[u8], path: &mut [u8; 64]) -> usize {
+    let mut len = 0;
+    for part in [
+        &b"/proc/self/task/"[..],
+        crate::diag::decimal(tid.into(), &mut [0; 20]),
+        &b"/"[..],
+        name,
+    ] {
+        path[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    path[len] = 0;
+    len
+}
+
+/// Whether thread `tid` has exited (a zombie, or gone): its state in /proc/self/task/TID/stat,
+/// the field after the command name in parentheses, is Z or X, or the file is gone.
+fn task_exited(tid: u32) -> bool {
+    let mut path = [0u8; 64];
+    let len = task_file(tid, b"stat", &mut path);
+    let mut buf = [0u8; 512];
+    let Ok(n) = read_small(&path[..=len], &mut buf) else {
+        return true;
+    };
+    let stat = &buf[..n];
+    let state = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|i| stat.get(i + 2).copied());
+    matches!(state, Some(b'Z') | Some(b'X'))
+}
+
 /// The stack pointer of thread `tid` as /proc/self/task/TID/syscall shows it: the next-to-last
 /// field when the thread is blocked ("NR args... sp pc", or "-1 sp pc"); None while it runs.
 /// Err when the thread no longer exists.
 fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
     let mut path = [0u8; 64];
-    let mut len = 0;
-    for part in [
-        &b"/proc/self/task/"[..],
-        crate::diag::decimal(tid.into(), &mut [0; 20]),
-        &b"/syscall"[..],
-    ] {
-        path[len..len + part.len()].copy_from_slice(part);
-        len += part.len();
-    }
+    let len = task_file(tid, b"syscall", &mut path);
     let mut buf = [0u8; 256];
     let n = read_small(&path[..=len], &mut buf)?;
     let mut fields = buf[..n]
@@ -447,7 +475,9 @@ fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
 
 /// Calls `emit` with each aligned word of `[start, end)` in this process, read with
 /// process_vm_readv, so memory that is unmapped meanwhile (the stack of a thread that was not
-/// stopped and exits) ends the read instead of faulting.
+/// stopped and exits) ends the read instead of faulting. The calling thread's id names the
+/// process: its pid names the main thread, which may have exited (pthread_exit) and then has no
+/// memory to read.
 pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
     let mut buf = [0usize; 512];
     let mut a = (start + 7) & !7;
@@ -463,7 +493,7 @@ pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(usize))
         };
         // SAFETY: the kernel copies at most `n` bytes into our buffer and checks the source
         // range itself.
-        let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let got = unsafe { libc::process_vm_readv(gettid() as libc::pid_t, &local, 1, &remote, 1, 0) };
         if got <= 0 {
             return;
         }

@@ -1,0 +1,154 @@
+//! The one way a process ends under libdmem: the exit report (`leak-report`), then
+//! `abort-shutdown`'s abort or the exit itself, whichever way out the program took.
+//!
+//! Each way out reaches `finish` differently: `exit` and a return from `main` through the
+//! `on_exit` handler (`lifecycle.rs`), `_exit`, `_Exit` and `quick_exit` through our exports of
+//! them (`exits.rs`), a fatal signal through its handler (`signals.rs`). Only the first thread
+//! to get here reports; the process ends here, with the raw `exit_group` system call, since
+//! libc's `_exit` is now our own export.
+
+use crate::leak_report::{self, Entry};
+use crate::{options, sink};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// How the program is leaving.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// `exit` or a return from `main`: the program's exit handlers and destructors have run and
+    /// stdio is flushed, so the C and C++ runtimes' own buffers can be dropped first.
+    Exit,
+    /// `_exit`, `_Exit` or `quick_exit`: no stdio flush. The runtimes' buffers are kept (dropping
+    /// them would flush stdio, printing twice what a forked child still holds of its parent's
+    /// output), so they count as still reachable.
+    Immediate,
+    /// A fatal signal with its default action: the report runs inside the signal handler.
+    Signal,
+}
+
+/// The kernel thread id of the thread that is finishing the process, 0 while none is.
+static FINISHING: AtomicU32 = AtomicU32::new(0);
+/// The process id libdmem started in (or forked into): a thread that sees another pid is in a
+/// vfork or posix_spawn child, which shares our memory and must not report.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// Records the process id; the constructor and the fork child handler call it.
+pub fn set_pid() {
+    PID.store(sink::getpid(), Ordering::Relaxed);
+}
+
+/// Whether this thread runs in a child that shares the parent's memory (vfork, posix_spawn,
+/// clone with CLONE_VM): the pid is not the one our fork handler last recorded.
+pub fn in_shared_memory_child() -> bool {
+    let pid = PID.load(Ordering::Relaxed);
+    pid != 0 && sink::getpid() != pid
+}
+
+/// What `claim` found.
+pub enum Claim {
+    /// This thread finishes the process.
+    Mine,
+    /// This very thread is already finishing (abort-shutdown's abort, or a crash in the report).
+    Again,
+    /// Another thread is finishing the process; this one must wait for the end.
+    Other,
+}
+
+/// Makes this thread the one that finishes the process.
+pub fn claim() -> Claim {
+    let me = crate::thread::gettid();
+    match FINISHING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Claim::Mine,
+        Err(t) if t == me => Claim::Again,
+        Err(_) => Claim::Other,
+    }
+}
+
+/// Waits for the thread that finishes the process to end it.
+pub fn wait_for_the_end() -> ! {
+    loop {
+        // SAFETY: pause only waits for a signal; the finishing thread ends the whole process.
+        unsafe { libc::pause() };
+    }
+}
+
+/// Ends the process now, with `status`, running nothing more.
+pub fn exit_now(status: i32) -> ! {
+    // SAFETY: exit_group ends every thread of the process and never returns.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!("exit_group returned")
+}
+
+/// Runs the report for `way` and returns the status to exit with (the program's, or
+/// `leak-exitcode` when the report found leaks). The caller has claimed the process. `entry`
+/// holds the registers taken where the program left (in our export of `_exit`, in the exit
+/// handler, in the signal handler): the calling thread's stack is scanned from there up, not
+/// from here, since the frames between hold stale addresses of earlier calls into malloc.
+/// Never inlined, and the report's frames die with it, below the stack `abort-shutdown` scrubs.
+#[inline(never)]
+pub fn report(status: i32, way: Way, entry: &Entry) -> i32 {
+    let o = options::get();
+    if way == Way::Exit {
+        // stdio is flushed only after the exit handlers; do it now so no output is lost whatever
+        // follows.
+        // SAFETY: fflush(NULL) flushes every stream.
+        unsafe { libc::fflush(core::ptr::null_mut()) };
+        if o.freeres {
+            free_libc_buffers();
+        }
+    }
+    if o.leak_report && leak_report::leak_report(entry) > 0 {
+        return o.leak_exitcode.unwrap_or(status);
+    }
+    status
+}
+
+/// The end of a normal way out: the report, then abort-shutdown's abort or the exit. `entry` is
+/// taken by the caller in the frame where the program left (see `report`).
+pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
+    if in_shared_memory_child() {
+        exit_now(status);
+    }
+    match claim() {
+        Claim::Mine => {}
+        Claim::Again => exit_now(status),
+        Claim::Other => wait_for_the_end(),
+    }
+    let code = report(status, way, entry);
+    if options::get().abort_shutdown {
+        scrub_stack();
+        // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
+        // never freed.
+        unsafe { libc::abort() };
+    }
+    exit_now(code)
+}
+
+/// Zeroes the stack below this frame. The leak report's frames left block addresses in dead
+/// stack slots; a debugger scanning the core from abort's stack pointer would take them for live
+/// references and disagree with the report.
+#[inline(never)]
+fn scrub_stack() {
+    let mut area = [0usize; 8192];
+    for w in area.iter_mut() {
+        // SAFETY: a plain write to our own local array; volatile so it is not optimised away.
+        unsafe { core::ptr::write_volatile(w, 0) };
+    }
+    core::hint::black_box(&area);
+}
+
+/// The C and C++ runtimes' own caches (stdio buffers, locale data, libstdc++'s emergency
+/// exception pool) are never freed otherwise. valgrind calls these two, in this order, so that
+/// they do not show up as the program's memory; so do we, so that the counts agree.
+fn free_libc_buffers() {
+    for name in [c"_ZN9__gnu_cxx9__freeresEv", c"__libc_freeres"] {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; each symbol, when present,
+        // is a `void f(void)` of glibc (`__libc_freeres`) or libstdc++ (`__gnu_cxx::__freeres`).
+        unsafe {
+            let f = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+            if !f.is_null() {
+                let f: extern "C" fn() = core::mem::transmute::<*mut libc::c_void, extern "C" fn()>(f);
+                f();
+            }
+        }
+    }
+}

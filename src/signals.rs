@@ -1,0 +1,207 @@
+//! The exit report for a process killed by a fatal signal (`leak-report`; `no-signal-report`
+//! turns it off): a server stopped with SIGTERM or Ctrl-C, a crash. The report runs, then the
+//! process dies of that same signal, so its exit status is what it would have been.
+//!
+//! A handler is installed at start-up only for signals whose action is then the default one, and
+//! a handler the program installs later replaces ours: the program's own always wins.
+//!
+//! The signal may interrupt a thread anywhere, inside malloc too. So the report made from the
+//! handler never calls the real allocator (libdmem's own heap switches to pages of its own), and
+//! skips `__libc_freeres`, which would. If the interrupted thread holds one of our list locks
+//! it is in the middle of a link or unlink that it cannot finish while the handler runs: an
+//! asynchronous signal (SIGTERM, SIGINT...) is then remembered and the report runs as soon as the
+//! thread leaves the allocator (`check_pending`, on every allocation path); a crash there gets no
+//! report. In every case a watchdog timer makes sure the process dies of the signal even if the
+//! report cannot end.
+
+use crate::finish::{self, Claim, Way};
+use crate::leak_report::Entry;
+use crate::{lists, options, own_heap};
+use core::sync::atomic::{AtomicI32, Ordering};
+use libc::{c_int, c_void};
+
+/// The signals whose default action ends the process and that a report is made for.
+const FATAL: [c_int; 11] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGILL,
+    libc::SIGTRAP,
+    libc::SIGABRT,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGSEGV,
+    libc::SIGSYS,
+];
+
+/// How long a report may take before the watchdog ends the process with the signal anyway.
+const REPORT_SECONDS: i64 = 60;
+/// How long an asynchronous signal waits for its report, which the interrupted thread runs once
+/// it leaves the allocator, before the watchdog ends the process without one.
+const DEFERRED_SECONDS: i64 = 2;
+/// How long the handler waits for the list locks (held by other threads only for a few stores)
+/// before it concludes that the interrupted thread holds one.
+const LOCK_WAIT_NS: u64 = 50_000_000;
+
+/// A signal whose report waits for the interrupted thread to leave the allocator; 0 for none.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+/// The signal the watchdog ends the process with.
+static DYING_OF: AtomicI32 = AtomicI32::new(0);
+
+/// Installs the handler for every fatal signal whose action is the default one.
+pub fn install() {
+    for sig in FATAL {
+        // SAFETY: querying then setting a signal action with valid, zero-initialised structs; the
+        // handler has the SA_SIGINFO signature. SA_RESETHAND puts the default action back as the
+        // handler starts, so a second such signal, or a crash inside the report, ends the process.
+        unsafe {
+            let mut old: libc::sigaction = core::mem::zeroed();
+            if libc::sigaction(sig, core::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
+                continue;
+            }
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_fatal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, core::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether `sig` was raised by the kernel for the instruction the thread was running: returning
+/// from the handler runs it again, which raises it again, now with the default action.
+fn is_fault(sig: c_int, info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    code > 0
+        && [
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGSEGV,
+        ]
+        .contains(&sig)
+}
+
+extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    let fault = is_fault(sig, info);
+    if finish::in_shared_memory_child() {
+        die(sig, fault);
+        return;
+    }
+    match finish::claim() {
+        Claim::Mine => {}
+        // abort-shutdown's abort, a bad free's, or a crash inside the report itself.
+        Claim::Again => {
+            die(sig, fault);
+            return;
+        }
+        Claim::Other => finish::wait_for_the_end(),
+    }
+    own_heap::enter_emergency();
+    DYING_OF.store(sig, Ordering::Relaxed);
+    arm_watchdog(REPORT_SECONDS);
+    if !lists::try_lock_all_within(LOCK_WAIT_NS) {
+        if fault {
+            crate::diag::Out::stderr()
+                .str("dmem: the program crashed inside the allocator; no leak report\n")
+                .flush();
+            die(sig, fault);
+            return;
+        }
+        // Finish the link or unlink first: the report runs when this thread leaves it.
+        arm_watchdog(DEFERRED_SECONDS);
+        PENDING.store(sig, Ordering::Release);
+        return;
+    }
+    lists::unlock_all();
+    finish::report(0, Way::Signal, &Entry::capture());
+    die(sig, fault);
+}
+
+/// Runs a report deferred by the handler, if there is one: called on the way out of every
+/// allocation path, where no list lock is held.
+#[inline(always)]
+pub fn check_pending() {
+    if PENDING.load(Ordering::Relaxed) != 0 {
+        run_pending();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn run_pending() {
+    let sig = PENDING.swap(0, Ordering::AcqRel);
+    if sig == 0 {
+        return;
+    }
+    // Usually the interrupted thread itself, now out of its link or unlink; any thread that gets
+    // here first does as well, on behalf of the one that took the signal.
+    arm_watchdog(REPORT_SECONDS);
+    finish::report(0, Way::Signal, &Entry::capture());
+    die(sig, false);
+}
+
+/// Ends the process of `sig`: the default action is back (SA_RESETHAND, or set here), so a fault
+/// returns to the faulting instruction and an asynchronous signal is raised again and unblocked.
+fn die(sig: c_int, fault: bool) {
+    // SAFETY: setting the default action, raising the signal at this thread and unblocking it:
+    // plain system calls on valid arguments.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        if fault {
+            return;
+        }
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), crate::thread::gettid(), sig);
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
+    // A signal the process blocks everywhere else, or one that did not kill: end it the way a
+    // signal would be seen, 128 + the signal.
+    finish::exit_now(128 + sig)
+}
+
+/// After `seconds`, SIGALRM ends the process with the signal it is dying of, report or not.
+fn arm_watchdog(seconds: i64) {
+    // SAFETY: installing a handler of the SA_SIGINFO kind with zeroed structs, then a one-shot
+    // real-time timer: plain system calls.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_watchdog as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGALRM, &sa, core::ptr::null_mut());
+        let t = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: seconds,
+                tv_usec: 0,
+            },
+        };
+        libc::setitimer(libc::ITIMER_REAL, &t, core::ptr::null_mut());
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGALRM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+extern "C" fn on_watchdog(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    crate::diag::Out::stderr()
+        .str("dmem: the leak report did not finish in time; ending the process without it\n")
+        .flush();
+    die(DYING_OF.load(Ordering::Relaxed), false);
+}
+
+/// Whether `leak-report` asks for the handlers: the constructor's question.
+pub fn wanted() -> bool {
+    let o = options::get();
+    o.leak_report && o.signal_report
+}
