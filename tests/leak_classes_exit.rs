@@ -16,7 +16,7 @@ mod valgrind;
 use common::{backends, fixture, have_tool, scratch_dir};
 use run::{run_limited, status_text, with_dmem, LIMIT};
 use std::path::Path;
-use valgrind::{numbers, Summary, CLASSES};
+use valgrind::{numbers, report_summary, Summary, CLASSES};
 
 struct Case {
     name: &'static str,
@@ -86,25 +86,6 @@ fn run_report(case: &Case, test: &str, opts: &str, backend: Option<&Path>) -> Ru
         report,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
-}
-
-/// The report's summary line: "dmem: leak summary: definitely lost: B bytes in N blocks; ...".
-fn report_summary(report: &str) -> Summary {
-    let line = report.lines().next().unwrap_or_default();
-    assert!(
-        line.starts_with("dmem: leak summary: "),
-        "no summary line:\n{report}"
-    );
-    let mut sum = [(0, 0); 4];
-    for (slot, class) in sum.iter_mut().zip(CLASSES) {
-        let part = line
-            .split(&format!("{class}: "))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no '{class}' in the summary: {line}"));
-        let n = numbers(part.split(';').next().unwrap());
-        *slot = (n[1], n[0]);
-    }
-    sum
 }
 
 /// One record of the report: class, blocks, bytes and its frames' text.

@@ -736,6 +736,16 @@ fn programs_match_bare_run_while_tracing() {
     );
 }
 
+#[test]
+fn programs_match_bare_run_with_the_exit_report() {
+    // The report goes to stderr, which the comparison leaves out; stdout and the exit status
+    // must not change, whichever way each program ends.
+    assert_none(
+        "programs, leak-report",
+        &compare_programs("report", "leak-report", None),
+    );
+}
+
 fn over_backend(name: &str) {
     let Some(lib) = common::backend(name) else {
         return;

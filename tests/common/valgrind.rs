@@ -58,3 +58,22 @@ pub fn numbers(s: &str) -> Vec<u64> {
         .filter_map(|w| w.parse().ok())
         .collect()
 }
+
+/// The exit report's summary line, `dmem: leak summary: definitely lost: B bytes in N blocks;
+/// ...`, the first line of `report`, as a `Summary`.
+pub fn report_summary(report: &str) -> Summary {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("dmem: leak summary: "))
+        .unwrap_or_else(|| panic!("no summary line:\n{report}"));
+    let mut sum = [(0, 0); 4];
+    for (slot, class) in sum.iter_mut().zip(CLASSES) {
+        let part = line
+            .split(&format!("{class}: "))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no '{class}' in the summary: {line}"));
+        let n = numbers(part.split(';').next().unwrap());
+        *slot = (n[1], n[0]);
+    }
+    sum
+}
