@@ -303,6 +303,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     for b in &live {
         blocks.push(b.start, b.start + b.size);
     }
+    blocks.index();
     let mut marker = Marker::new(live.len());
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
@@ -332,7 +333,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         &mut checked,
         &mut notes,
     );
-    marker.classify(&blocks, &roots, |s, e, emit| {
+    marker.classify(&blocks, &roots, &[], |s, e, emit| {
         if checked.binary_search(&(s, e)).is_ok() {
             stopworld::read_words_checked(s, e, emit);
         } else {

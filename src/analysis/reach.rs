@@ -59,9 +59,20 @@ impl Class {
 }
 
 /// Live blocks sorted by start address, as `[start, end)` user ranges.
+///
+/// Every word of the roots and of the marked blocks is looked up here, so the lookup is the
+/// inner loop of a leak scan: a word outside `[lo, hi)` is dismissed with one comparison, and
+/// `index` builds a table of buckets (as many as blocks) that tells, for any address, the first
+/// block that may hold it; a short linear step then finds it. Without the table, `find` is a
+/// binary search.
 pub struct Blocks {
     starts: Vec<usize>,
     ends: Vec<usize>,
+    lo: usize,
+    hi: usize,
+    /// `first[k]`: the first block whose end lies above bucket k's first address.
+    first: Vec<u32>,
+    shift: u32,
 }
 
 impl Blocks {
@@ -71,14 +82,47 @@ impl Blocks {
         Blocks {
             starts: Vec::with_capacity(n),
             ends: Vec::with_capacity(n),
+            lo: usize::MAX,
+            hi: 0,
+            first: Vec::new(),
+            shift: 0,
         }
     }
 
     /// Appends a block; blocks must come in increasing address order and not overlap. A
     /// zero-sized block still owns its start address, so a pointer to it is seen.
     pub fn push(&mut self, start: usize, end: usize) {
+        let end = end.max(start + 1);
         self.starts.push(start);
-        self.ends.push(end.max(start + 1));
+        self.ends.push(end);
+        self.lo = self.lo.min(start);
+        self.hi = self.hi.max(end);
+    }
+
+    /// Builds the bucket table, after the last `push`. It allocates, so the exit report calls it
+    /// before it stops the other threads.
+    pub fn index(&mut self) {
+        let n = self.starts.len();
+        if n == 0 || n > u32::MAX as usize {
+            return;
+        }
+        let span = self.hi - self.lo;
+        // Buckets of a power-of-two size, about one per block.
+        let mut shift = 0;
+        while (span >> shift) > n {
+            shift += 1;
+        }
+        self.shift = shift;
+        let buckets = (span >> shift) + 1;
+        self.first = Vec::with_capacity(buckets);
+        let mut i = 0usize;
+        for k in 0..buckets {
+            let at = self.lo + (k << shift);
+            while i < n && self.ends[i] <= at {
+                i += 1;
+            }
+            self.first.push(i as u32);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -86,9 +130,21 @@ impl Blocks {
     }
 
     /// The block containing `addr`, if any.
+    #[inline]
     pub fn find(&self, addr: usize) -> Option<usize> {
-        let i = self.starts.partition_point(|&s| s <= addr);
-        (i > 0 && addr < self.ends[i - 1]).then(|| i - 1)
+        if addr.wrapping_sub(self.lo) >= self.hi.wrapping_sub(self.lo) {
+            return None;
+        }
+        if self.first.is_empty() {
+            let i = self.starts.partition_point(|&s| s <= addr);
+            return (i > 0 && addr < self.ends[i - 1]).then(|| i - 1);
+        }
+        let mut i = self.first[(addr - self.lo) >> self.shift] as usize;
+        // Blocks do not overlap, so the first one ending above `addr` is the only candidate.
+        while i < self.starts.len() && self.ends[i] <= addr {
+            i += 1;
+        }
+        (i < self.starts.len() && self.starts[i] <= addr).then_some(i)
     }
 
     /// Block `i`'s first byte.
@@ -126,8 +182,9 @@ impl Marker {
 
     /// Classifies every block; `classes()` then reads the result. `scan(start, end, emit)` must
     /// call `emit` with each aligned word stored in `[start, end)`: it is how memory is read, so
-    /// the same rules serve in-process and over a core.
-    pub fn classify<S>(&mut self, blocks: &Blocks, roots: &[(usize, usize)], mut scan: S)
+    /// the same rules serve in-process and over a core. `values` are roots that are not in
+    /// memory (a core's registers).
+    pub fn classify<S>(&mut self, blocks: &Blocks, roots: &[(usize, usize)], values: &[usize], mut scan: S)
     where
         S: FnMut(usize, usize, &mut dyn FnMut(usize)),
     {
@@ -153,6 +210,9 @@ impl Marker {
         };
         for &(s, e) in roots {
             scan(s, e, &mut |w| mark(w, true, state, work));
+        }
+        for &w in values {
+            mark(w, true, state, work);
         }
         while let Some(i) = work.pop() {
             let (s, e) = blocks.range(i);
@@ -223,7 +283,7 @@ mod tests {
         }
         let mut m = Marker::new(n);
         let roots = [(0x100, 0x100 + 8 * root_to.len())];
-        m.classify(&blocks, &roots, |s, e, f| {
+        m.classify(&blocks, &roots, &[], |s, e, f| {
             for a in (s..e).step_by(8) {
                 if let Some(&w) = mem.get(&a) {
                     f(w);
@@ -312,9 +372,42 @@ mod tests {
         let mut blocks = Blocks::with_capacity(2);
         blocks.push(0x10, 0x10);
         blocks.push(0x20, 0x30);
-        assert_eq!(blocks.find(0x10), Some(0));
-        assert_eq!(blocks.find(0x11), None);
-        assert_eq!(blocks.find(0x2f), Some(1));
-        assert_eq!(blocks.find(0x30), None);
+        for indexed in [false, true] {
+            if indexed {
+                blocks.index();
+            }
+            assert_eq!(blocks.find(0x10), Some(0));
+            assert_eq!(blocks.find(0x11), None);
+            assert_eq!(blocks.find(0x2f), Some(1));
+            assert_eq!(blocks.find(0x30), None);
+            assert_eq!(blocks.find(0xf), None);
+        }
+    }
+
+    /// The bucket table answers as the binary search does, for every address around blocks of
+    /// all sizes and gaps.
+    #[test]
+    fn the_bucket_table_finds_what_the_search_finds() {
+        let mut plain = Blocks::with_capacity(0);
+        let mut at = 0x1000usize;
+        let mut seed = 12345u64;
+        for _ in 0..500 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let gap = (seed >> 33) as usize % 64;
+            let size = (seed >> 40) as usize % 300;
+            plain.push(at + gap, at + gap + size);
+            at += gap + size.max(1);
+        }
+        let mut fast = Blocks::with_capacity(0);
+        for i in 0..plain.len() {
+            let (s, e) = plain.range(i);
+            fast.push(s, e);
+        }
+        fast.index();
+        for a in 0xff0..at + 16 {
+            assert_eq!(fast.find(a), plain.find(a), "at {a:#x}");
+        }
     }
 }

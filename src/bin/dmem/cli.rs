@@ -42,6 +42,17 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     Run(RunArgs),
+    Summary(ListArgs),
+    Stacks(ListArgs),
+    Walk(WalkArgs),
+    Whatis(AddrArgs),
+    Verify(PlainArgs),
+    Stats(PlainArgs),
+    Folded(FoldedArgs),
+    Leaks(LeaksArgs),
+    Why(AddrArgs),
+    Types(TypesArgs),
+    Words(WordsArgs),
     Report(ReportArgs),
     Flamegraph(FlamegraphArgs),
     Top(TopArgs),
@@ -56,6 +67,17 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::Run(_) => "run",
+            Command::Summary(_) => "summary",
+            Command::Stacks(_) => "stacks",
+            Command::Walk(_) => "walk",
+            Command::Whatis(_) => "whatis",
+            Command::Verify(_) => "verify",
+            Command::Stats(_) => "stats",
+            Command::Folded(_) => "folded",
+            Command::Leaks(_) => "leaks",
+            Command::Why(_) => "why",
+            Command::Types(_) => "types",
+            Command::Words(_) => "words",
             Command::Report(_) => "report",
             Command::Flamegraph(_) => "flamegraph",
             Command::Top(_) => "top",
@@ -98,45 +120,262 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// Print what the heap in a core holds, through gdb (default: summary)
+/// The process image every analysis command reads.
+#[derive(Args, Debug, Clone)]
+pub struct ImageArgs {
+    /// A program and its core, a core alone (its program is the one its notes name), or the id
+    /// of a running process (which must run with libdmem.so preloaded)
+    #[arg(value_name = "PROG CORE | CORE | PID", required = true, num_args = 1..=2)]
+    pub image: Vec<OsString>,
+    /// For a process a debugger already holds stopped (the gdb commands pass this): the JSON
+    /// list of its threads and their registers, [{"tid": N, "regs": {"rsp": N, ...}}]; its
+    /// memory is then read as it is, without stopping it again
+    #[arg(long, value_name = "FILE")]
+    pub registers: Option<PathBuf>,
+}
+
+/// The filters of the listing commands, and --json.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Filters {
+    /// Print one JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Only blocks of at least N bytes
+    #[arg(long, value_name = "N", value_parser = parse_number)]
+    pub min_size: Option<u64>,
+    /// Only blocks allocated by the thread with kernel id TID (the LWP gdb shows)
+    #[arg(long, value_name = "TID", value_parser = parse_number)]
+    pub thread: Option<u64>,
+    /// Only blocks with a frame whose text matches REGEX
+    #[arg(long = "match", value_name = "REGEX")]
+    pub pattern: Option<String>,
+    /// Show at most N entries (stacks of summary, leaks and types, default 20; blocks of stacks
+    /// and walk, default all); 0 shows all
+    #[arg(long, value_name = "N", value_parser = parse_number)]
+    pub limit: Option<u64>,
+}
+
+/// Live blocks grouped by identical allocation stack, the most bytes first
 ///
-/// Opens CORE (a core file of PROG, which ran with libdmem.so preloaded) in gdb with the dmem
-/// script and prints only the report of 'dmem SUBCOMMAND ARGS...', without gdb's own messages.
-/// The default subcommand is summary: live blocks grouped by allocation stack, biggest first.
-/// Other subcommands include stacks, walk, whatis ADDR, verify, stats and folded FILE; most take
-/// --json. 'dmem report help' lists them all and 'dmem report help SUBCOMMAND' shows one's
-/// options. gdb errors come out as one line with a non-zero exit status.
+/// Each stack with its bytes, blocks and an example block, its frames symbolised from the
+/// program's and libraries' symbols and DWARF; then a total line.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// Every live block's address, one per line (--headers: libdmem's header in front of each)
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct WalkArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// The addresses of the headers instead of the blocks
+    #[arg(long)]
+    pub headers: bool,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// The block that holds an address (interior ones too), or why an address is held
 ///
-/// The script is the one installed with dmem (share/dmem/dmem.py), or $DMEM_GDB_SCRIPT.
+/// whatis: the block, the offset of ADDR in it, and the thread and stack that allocated it.
+/// why: the block's leak class and one chain of references to it, from a root or from the
+/// lost block that holds it. ADDR is a number, 0x-prefixed for hex.
 #[derive(Args, Debug)]
 #[command(
     help_template = TEMPLATE,
-    override_usage = "dmem report PROG CORE [SUBCOMMAND [ARGS...]]\n       dmem report help [SUBCOMMAND]"
+    override_usage = "dmem whatis|why PROG CORE | CORE | PID  ADDR [--json]"
+)]
+pub struct AddrArgs {
+    /// The image (PROG CORE, CORE or PID), then the address
+    #[arg(value_name = "IMAGE ADDR", required = true, num_args = 1..)]
+    pub words: Vec<OsString>,
+    /// For a process a debugger already holds stopped: its threads' registers (see 'dmem
+    /// summary --help')
+    #[arg(long, value_name = "FILE")]
+    pub registers: Option<PathBuf>,
+    /// Print one JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The lists checked: links, magic, sizes and counters; every problem with its address (verify),
+/// or the descriptor's counters and the live blocks per thread (stats)
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct PlainArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Print one JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Folded stacks of the live (or lost) bytes: `outer;...;inner BYTES` per line, for flame graphs
+///
+/// The input of inferno-flamegraph and FlameGraph's flamegraph.pl: each line a stack of
+/// function names (raw addresses where unknown), outermost first, and its bytes.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct FoldedArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Only the lost blocks (see 'dmem leaks')
+    #[arg(long)]
+    pub leaks: bool,
+    /// With --leaks, the classes to write instead (as 'dmem leaks --show')
+    #[arg(long, value_name = "LIST", value_parser = parse_show)]
+    pub show: Option<Classes>,
+    /// Where to write them (default: standard output)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// Lost blocks, in valgrind's leak classes, grouped by allocation stack
+///
+/// A conservative mark from the roots: every thread's registers and stack (from its stack
+/// pointer, less the red zone, up), each thread's static TLS, and the writable data of the
+/// program and its libraries, less libdmem's lists and the allocator's own state. Blocks are
+/// still reachable, possibly lost (reached only through an interior pointer), definitely lost
+/// or indirectly lost (held only by lost blocks), as valgrind's memcheck defines them. A running
+/// process (PID) is stopped for the scan only, and the pause is printed.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct LeaksArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// The classes to list, comma- or +-separated: definite, indirect, possible, reachable or
+    /// all (default definite,indirect,possible; the total line gives all four)
+    #[arg(long, value_name = "LIST", value_parser = parse_show)]
+    pub show: Option<Classes>,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// Live blocks counted by C++ type, from the vtable pointer in their first word
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct TypesArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Only the lost blocks (see 'dmem leaks')
+    #[arg(long)]
+    pub leaks: bool,
+    /// Only the blocks of these classes (as 'dmem leaks --show')
+    #[arg(long, value_name = "LIST", value_parser = parse_show)]
+    pub show: Option<Classes>,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// A histogram of the 8-byte words in blocks, or of one field of every object of a type
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct WordsArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Only the lost blocks (see 'dmem leaks')
+    #[arg(long)]
+    pub leaks: bool,
+    /// Only the blocks of these classes (as 'dmem leaks --show')
+    #[arg(long, value_name = "LIST", value_parser = parse_show)]
+    pub show: Option<Classes>,
+    /// Only the blocks of this C++ type (its name as 'dmem types' prints it, or its mangled
+    /// vtable symbol)
+    #[arg(long, value_name = "TYPE")]
+    pub vtable: Option<String>,
+    /// The field at this offset of each block instead of every word
+    #[arg(long, value_name = "N", value_parser = parse_number)]
+    pub offset: Option<u64>,
+    /// The field's type, with --offset
+    #[arg(long = "type", value_name = "u8|u16|u32|u64", value_parser = ["u8", "u16", "u32", "u64"])]
+    pub field_type: Option<String>,
+    #[command(flatten)]
+    pub filters: Filters,
+}
+
+/// A number, decimal or 0x-prefixed hexadecimal.
+pub fn parse_number(s: &str) -> Result<u64, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| format!("'{s}' is not a number (decimal, or hexadecimal with 0x)"))
+}
+
+/// Leak classes a command picks, in the order output lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classes(pub Vec<crate::analysis::reach::Class>);
+
+/// A list of leak classes: definite, indirect, possible, reachable or all, separated by commas
+/// or `+`, in the order output lists them.
+pub fn parse_show(s: &str) -> Result<Classes, String> {
+    use crate::analysis::reach::Class;
+    let mut chosen = Vec::new();
+    for w in s.split([',', '+']).filter(|w| !w.is_empty()) {
+        match w {
+            "definite" => chosen.push(Class::DefinitelyLost),
+            "indirect" => chosen.push(Class::IndirectlyLost),
+            "possible" => chosen.push(Class::PossiblyLost),
+            "reachable" => chosen.push(Class::StillReachable),
+            "all" => chosen.extend(Class::ALL),
+            _ => {
+                return Err(format!(
+                    "'{w}' is not a leak class: definite, indirect, possible, reachable or all"
+                ))
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return Err("needs at least one of definite, indirect, possible, reachable, all".into());
+    }
+    Ok(Classes(
+        Class::ALL.into_iter().filter(|c| chosen.contains(c)).collect(),
+    ))
+}
+
+/// The analysis commands under one name: dmem report IMAGE [SUBCOMMAND ARGS...]
+///
+/// The same as 'dmem SUBCOMMAND IMAGE ARGS...' (summary when no subcommand is given): summary,
+/// stacks, walk, whatis, verify, stats, folded, leaks, why, types or words. IMAGE is PROG CORE,
+/// a core alone or a PID. 'dmem report help SUBCOMMAND' shows one's options. The original
+/// libdmem's names are kept: show_alloc_stacks (stacks), walk_alloc_bufs (walk) and
+/// walk_alloc_entries (walk --headers).
+#[derive(Args, Debug)]
+#[command(
+    help_template = TEMPLATE,
+    override_usage = "dmem report PROG CORE | CORE | PID [SUBCOMMAND [ARGS...]]\n       dmem report help [SUBCOMMAND]"
 )]
 pub struct ReportArgs {
-    /// The program (or 'help'), the core, then the gdb script's subcommand and its arguments
+    /// The image (or 'help'), then the subcommand and its arguments
     #[arg(
-        value_name = "PROG CORE [SUBCOMMAND]",
+        value_name = "IMAGE [SUBCOMMAND]",
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
     pub words: Vec<OsString>,
 }
 
-/// Draw the live bytes of a core by allocation stack as an SVG flame graph
+/// Draw the live bytes of a core or a process by allocation stack as an SVG flame graph
 ///
-/// Draws the live bytes in CORE by allocation stack as an interactive SVG flame graph (open it
-/// in a browser): each box is a function, as wide as the bytes allocated under it.
+/// Draws the live bytes by allocation stack as an interactive SVG flame graph (open it in a
+/// browser): each box is a function, as wide as the bytes allocated under it.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct FlamegraphArgs {
-    /// The program, then its core
-    #[arg(value_name = "PROG CORE")]
-    pub words: Vec<OsString>,
+    #[command(flatten)]
+    pub image: ImageArgs,
     /// Where to write the SVG (required)
     #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
     pub output: Option<PathBuf>,
-    /// Draw only leaked blocks (those nothing points to), if the gdb script can tell them apart
+    /// Draw only the lost blocks (see 'dmem leaks')
     #[arg(long)]
     pub leaks: bool,
     /// The title at the top (default: what is drawn, and PROG)
@@ -294,7 +533,7 @@ fn parse_interval(s: &str) -> Result<f64, String> {
 }
 
 /// The subcommands, for messages.
-const SUBCOMMANDS: &str = "run, report, flamegraph, top, snapshot, diff, demo, install and completions";
+const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, report, flamegraph, top, snapshot, diff, demo, install and completions";
 
 /// Parses the command line. On a mistake, or when help or the version was asked for, gives what
 /// to print, where, and the exit status instead.

@@ -1,43 +1,24 @@
-//! `dmem`, the launcher: runs a program with libdmem.so preloaded, finds the core it leaves, turns
-//! that core into a report or a flame graph through gdb, watches a running process's heap
-//! without stopping it, shows the whole thing on a built-in example, and installs itself with
-//! the library and the gdb script.
+//! `dmem`, the launcher: runs a program with libdmem.so preloaded and finds the core it leaves;
+//! answers every question about the heap of a core or a running process (summary, stacks,
+//! leaks, why...) with one engine, which the gdb commands call too; watches a running process's
+//! heap without stopping it; writes heap profiles and compares them; shows the whole thing on a
+//! built-in example, and installs itself with the library and the gdb script.
 //!
 //! It is a separate binary of this package so that none of its dependencies end up in the
-//! preloaded library. One job per module: `cli` declares the command line (clap) and folds its
-//! errors into one line, `locate` finds the library, the script, the C compiler and gdb, `run`
-//! starts the program, `corefile` finds the core it left, `gdb_driver` drives gdb (it is
-//! `dmem report`), `flamegraph` renders folded stacks, `demo` and `install` are the subcommands of those names, and `sys`
-//! holds the few calls into libc. Reading a heap without gdb: `memory` reads another process's
-//! memory (the `Memory` trait, and `process_vm_readv` for a live one), `mappings` says which
-//! file is mapped where, `elf` reads ELF files (through `object`), `heapwalk` finds the layout
-//! descriptor and walks the lists through any `Memory`, `stacks` groups the blocks by stack,
-//! `symbolize` names their frames (through `addr2line`), `live` opens a running process with
-//! one-line errors, `growth` classifies a stack's series, and `top` is `dmem top`.
+//! preloaded library. Its folders: `source` reads a process or a core (memory, mappings, ELF,
+//! threads, the list walk), `model` holds what is made of it and its formats (the heap, roots
+//! and leak classes, frames, snapshots), `commands` the subcommands.
 
+// The leak classes and the main_arena search, shared with the library's exit report.
+// Not every item is used by both sides.
+#[allow(dead_code)]
+#[path = "../../analysis/mod.rs"]
+mod analysis;
 mod cli;
-mod coredump;
-mod corefile;
-mod demo;
-mod diff;
-mod elf;
-mod flamegraph;
-mod gdb_driver;
-mod growth;
-mod heapwalk;
-mod install;
-mod live;
-mod locate;
-mod mappings;
-mod memory;
-mod pprof;
-mod run;
-mod snapjson;
-mod snapshot;
-mod stacks;
-mod symbolize;
+mod commands;
+mod model;
+mod source;
 mod sys;
-mod top;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -107,17 +88,49 @@ fn main() {
     std::process::exit(status);
 }
 
+/// Prints an analysis command's answer.
+fn print(answer: Result<String>) -> Result<i32> {
+    use std::io::Write;
+    let text = answer?;
+    let mut out = std::io::stdout().lock();
+    // A reader that goes away (`| head`) is not an error of ours.
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    Ok(0)
+}
+
 fn dispatch(command: cli::Command) -> Result<i32> {
     use cli::Command::*;
     match command {
-        Run(a) => run::main(a),
-        Report(a) => gdb_driver::main(a),
-        Flamegraph(a) => flamegraph::main(a),
-        Top(a) => top::main(a),
-        Snapshot(a) => snapshot::command(&a.source, &a.output, a.format),
-        Diff(a) => diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
-        Demo(a) => demo::main(a),
-        Install(a) => install::main(a),
+        Run(a) => commands::run::main(a),
+        Summary(a) => print(commands::heap::summary(a)),
+        Stacks(a) => print(commands::heap::stacks(a)),
+        Walk(a) => print(commands::heap::walk(a)),
+        Whatis(a) => print(commands::heap::whatis(a)),
+        Verify(a) => print(commands::heap::verify(a)),
+        Stats(a) => print(commands::heap::stats(a)),
+        Folded(a) => print(commands::leaks::folded(a)),
+        Leaks(a) => print(commands::leaks::leaks(a)),
+        Why(a) => print(commands::leaks::why(a)),
+        Types(a) => print(commands::leaks::types(a)),
+        Words(a) => print(commands::leaks::words(a)),
+        Report(a) => {
+            let words = commands::report::rewrite(&a.words)?;
+            match cli::parse(words) {
+                Ok(cli) => dispatch(cli.command),
+                Err(cli::Early::Print(text, status)) => {
+                    print!("{text}");
+                    Ok(status)
+                }
+                Err(cli::Early::Mistake(_, msg)) => Err(usage(msg)),
+            }
+        }
+        Flamegraph(a) => commands::flamegraph::main(a),
+        Top(a) => commands::top::main(a),
+        Snapshot(a) => commands::snapshot::command(&a.source, &a.output, a.format),
+        Diff(a) => commands::diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
+        Demo(a) => commands::demo::main(a),
+        Install(a) => commands::install::main(a),
         Completions(a) => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(&cli::completions(a.shell));

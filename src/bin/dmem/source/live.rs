@@ -3,9 +3,9 @@
 //! (no such process, no library, recording off, and above all permission refused, saying why
 //! and what to do).
 
-use crate::heapwalk::{self, Layout, LocateError, FLAG_RECORDING};
-use crate::mappings::Mappings;
-use crate::memory::{LiveMemory, ReadError};
+use crate::source::heapwalk::{self, Layout, LocateError, FLAG_RECORDING};
+use crate::source::mappings::Mappings;
+use crate::source::memory::{LiveMemory, ReadError};
 use crate::{failed, Fail, Result};
 use std::io;
 

@@ -1,36 +1,40 @@
-//! `dmem flamegraph`: the gdb script writes folded stacks (`outer;...;inner bytes`, one line
-//! per allocation stack), and inferno draws them as an SVG flame graph.
+//! `dmem flamegraph`: the folded stacks of an image (`outer;...;inner bytes`, one line per
+//! allocation stack, as `dmem folded` writes them), drawn by inferno as an SVG flame graph.
 
 use crate::cli::{self, show};
-use crate::gdb_driver::{self, Sink};
 use crate::{failed, usage, Result};
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
-use std::path::Path;
 
 pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
-    let (words, output, leaks, title) = (args.words, args.output, args.leaks, args.title);
-    let [prog, core] = words.as_slice() else {
-        return Err(usage(format!(
-            "{}; usage: dmem flamegraph PROG CORE -o OUT.svg",
-            if words.len() < 2 {
-                "needs a program and its core"
-            } else {
-                "too many arguments"
-            }
-        )));
-    };
-    let Some(output) = output else {
+    let Some(output) = args.output.clone() else {
         return Err(usage("where should the SVG go? add -o OUT.svg"));
     };
-    let (prog, core) = gdb_driver::check_pair(Path::new(prog), Path::new(core))?;
-    let folded = folded_stacks(&prog, &core, leaks)?;
+    let leaks = args.leaks;
+    let folded_args = cli::FoldedArgs {
+        image: args.image.clone(),
+        leaks,
+        show: None,
+        output: None,
+        filters: cli::Filters::default(),
+    };
+    let folded = crate::commands::leaks::folded(folded_args)?;
+    let target = crate::source::image::Target::parse(&args.image.image)?;
+    let (name, what_of) = match &target {
+        crate::source::image::Target::Pid(pid) => (format!("pid {pid}"), format!("process {pid}")),
+        crate::source::image::Target::Core { prog, core } => {
+            let core_abs = core.canonicalize().unwrap_or_else(|_| core.clone());
+            let name = prog
+                .as_ref()
+                .and_then(|p| p.file_name())
+                .map(show)
+                .unwrap_or_else(|| show(core));
+            (name, show(&core_abs))
+        }
+    };
     let what = if leaks { "Leaked bytes" } else { "Live bytes" };
-    let title = title.unwrap_or_else(|| {
-        format!(
-            "{what} by allocation stack: {}",
-            prog.file_name().map(show).unwrap_or_default()
-        )
-    });
+    let title = args
+        .title
+        .unwrap_or_else(|| format!("{what} by allocation stack: {name}"));
     let stacks = folded.lines().filter(|l| !l.trim().is_empty()).count();
     let bytes: u64 = folded
         .lines()
@@ -40,13 +44,12 @@ pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
                 .and_then(|(_, n)| n.parse::<u64>().ok())
         })
         .sum();
-    let core_abs = core.canonicalize().unwrap_or_else(|_| core.clone());
-    let subtitle = format!("{bytes} bytes from {stacks} stacks in {}", show(&core_abs));
+    let subtitle = format!("{bytes} bytes from {stacks} stacks in {what_of}");
     if stacks == 0 {
         return Err(failed(if leaks {
-            "no leaked blocks in the core: nothing to draw (without --leaks, the live ones are drawn)"
+            "no leaked blocks: nothing to draw (without --leaks, the live ones are drawn)"
         } else {
-            "no live blocks in the core: nothing to draw"
+            "no live blocks: nothing to draw"
         }));
     }
     let svg = render(&folded, &title, &subtitle)?;
@@ -57,25 +60,6 @@ pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
         if stacks == 1 { "" } else { "s" }
     );
     Ok(0)
-}
-
-/// Asks the gdb script for the folded stacks of the core: of every live block, or of the
-/// leaked ones with `--leaks`.
-fn folded_stacks(prog: &Path, core: &Path, leaks: bool) -> Result<String> {
-    let dir = std::env::temp_dir().join(format!("dmem-flamegraph-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("cannot create {}: {e}", show(&dir))))?;
-    let file = dir.join("stacks.folded");
-    let mut words = vec!["dmem".to_owned(), "folded".to_owned()];
-    if leaks {
-        words.push("--leaks".to_owned());
-    }
-    words.push(show(&file));
-    let result = gdb_driver::gdb_command(Some((prog, core)), &gdb_driver::gdb_line(&words)?, Sink::Capture)
-        .and_then(|_| {
-            std::fs::read_to_string(&file).map_err(|e| failed(format!("gdb wrote no folded stacks: {e}")))
-        });
-    let _ = std::fs::remove_dir_all(&dir);
-    result
 }
 
 /// Draws folded stacks as an SVG flame graph.

@@ -50,6 +50,30 @@ pub trait Memory {
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
+
+    /// Calls `f` with the bytes of `[start, end)`, piece by piece, each with its address, for
+    /// scans of large ranges; what cannot be read is skipped. Returns false if some of the
+    /// range could not be read (a `Denied` read counts as unreadable).
+    fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {
+        let mut buf = vec![0u8; PAGE as usize];
+        let mut all = true;
+        let mut at = start;
+        while at < end {
+            let next = ((at & !(PAGE - 1)) + PAGE).min(end);
+            let n = (next - at) as usize;
+            match self.read(at, &mut buf[..n]) {
+                Ok(()) => f(at, &buf[..n]),
+                Err(_) => all = false,
+            }
+            at = next;
+        }
+        all
+    }
+
+    /// The readable stretch of memory that holds `addr` (a mapping, a core's segment), if any.
+    fn extent(&self, _addr: u64) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// A hasher for addresses: one multiplication. Keys are addresses read by this process, not
@@ -98,6 +122,8 @@ const MAX_PAGES: usize = 16 * 1024;
 /// read, so a batch that runs off the bottom of a mapping still brings the page that was wanted.
 pub struct LiveMemory {
     pid: i32,
+    /// The process's mappings, for `extent`, read when first needed.
+    maps: RefCell<Option<crate::source::mappings::Mappings>>,
     pages: RefCell<HashMap<u64, Box<[u8]>, AddrHash>>,
     /// Page buffers of a cache that was emptied, to fill again without asking the allocator
     /// (and the kernel, for fresh pages) for new ones.
@@ -108,6 +134,7 @@ impl LiveMemory {
     pub fn new(pid: i32) -> LiveMemory {
         LiveMemory {
             pid,
+            maps: RefCell::new(None),
             pages: RefCell::new(HashMap::default()),
             spare: RefCell::new(Vec::new()),
         }
@@ -185,7 +212,52 @@ impl LiveMemory {
     }
 }
 
+/// Bytes copied per system call by a bulk scan of a live process.
+const SCAN_CHUNK: usize = 1 << 20;
+
 impl Memory for LiveMemory {
+    /// Straight from the process, a megabyte per system call, around the page cache (which a
+    /// scan of hundreds of megabytes would only churn); a stretch that cannot be read whole is
+    /// read page by page, so a hole costs only its own pages.
+    fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {
+        let mut buf = vec![0u8; SCAN_CHUNK];
+        let mut all = true;
+        let mut at = start;
+        while at < end {
+            let n = ((end - at) as usize).min(SCAN_CHUNK);
+            match self.readv(&mut [&mut buf[..n]], &[(at, n)]) {
+                Ok(got) if got == n => {
+                    f(at, &buf[..n]);
+                    at += n as u64;
+                    continue;
+                }
+                Err(e) if e.raw_os_error() != Some(libc::EFAULT) => return false,
+                _ => {}
+            }
+            // Page by page up to the end of this chunk.
+            let stop = at + n as u64;
+            while at < stop {
+                let next = ((at & !(PAGE - 1)) + PAGE).min(stop);
+                let k = (next - at) as usize;
+                match self.readv(&mut [&mut buf[..k]], &[(at, k)]) {
+                    Ok(got) if got == k => f(at, &buf[..k]),
+                    _ => all = false,
+                }
+                at = next;
+            }
+        }
+        all
+    }
+
+    fn extent(&self, addr: u64) -> Option<(u64, u64)> {
+        let mut maps = self.maps.borrow_mut();
+        if maps.is_none() {
+            *maps = crate::source::mappings::Mappings::of_process(self.pid).ok();
+        }
+        let m = maps.as_ref()?.find(addr)?;
+        m.readable.then_some((m.start, m.end))
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         let mut done = 0usize;
         while done < buf.len() {

@@ -7,7 +7,7 @@
 //! fields dmem does not use are left out, which protobuf readers accept (a missing field is its
 //! default), and fields it does not know are skipped when reading.
 
-use crate::snapshot::{Frame, Line, Object, Snapshot, Stack};
+use crate::model::snapshot::{Frame, Line, Object, Snapshot, Stack};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -458,7 +458,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_reads_back_as_written() {
-        let snap = crate::snapshot::tests::sample();
+        let snap = crate::model::snapshot::tests::sample();
         let mut gz = Vec::new();
         write(&snap, &mut gz).unwrap();
         assert!(is_gzip(&gz));
@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn tables_are_shared_and_the_string_table_starts_empty() {
-        let p = to_profile(&crate::snapshot::tests::sample());
+        let p = to_profile(&crate::model::snapshot::tests::sample());
         assert_eq!(p.string_table[0], "");
         // Both stacks start at the same address: one location, two functions for its lines.
         assert_eq!(p.location.len(), 2);

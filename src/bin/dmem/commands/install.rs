@@ -9,7 +9,8 @@
 //! ```
 
 use crate::cli::{self, show};
-use crate::{failed, gdb_driver, locate, usage, Result};
+use crate::{commands::locate, failed, usage, Result};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub const AUTOLOAD_NAME: &str = "libdmem.so-gdb.py";
@@ -168,18 +169,8 @@ else:
             .unwrap_or(Path::new(""))
             .join("lib")
             .display(),
-        literal = gdb_driver::python_bytes(script),
+        literal = python_bytes(script),
     )
-}
-
-/// The line to add to gdb's init file when gdb would not auto-load the installed script, for
-/// the launcher that runs from an install.
-pub fn autoload_hint() -> Option<String> {
-    let lib = locate::install_prefix()?.join("lib");
-    lib.join(AUTOLOAD_NAME)
-        .is_file()
-        .then(|| hint_for(&lib))
-        .flatten()
 }
 
 fn hint_for(lib: &Path) -> Option<String> {
@@ -236,6 +227,23 @@ fn safe_path_covers(line: &str, lib: &Path, home: Option<&Path>) -> bool {
     })
 }
 
+/// A Python bytes literal for a path, exact whatever bytes it holds.
+pub fn python_bytes(p: &Path) -> String {
+    let mut s = String::from("b\"");
+    for &b in p.as_os_str().as_bytes() {
+        match b {
+            b'"' | b'\\' => {
+                s.push('\\');
+                s.push(b as char);
+            }
+            0x20..=0x7e => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,7 +279,7 @@ mod tests {
     #[test]
     fn python_literals_keep_every_byte() {
         assert_eq!(
-            gdb_driver::python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
+            python_bytes(Path::new("/a b/\"q\"/\u{e9}")),
             "b\"/a b/\\\"q\\\"/\\xc3\\xa9\""
         );
     }

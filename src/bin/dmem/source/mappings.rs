@@ -14,7 +14,10 @@ pub struct Mapping {
     pub path: Option<PathBuf>,
     /// `r`, `w`, `x` as in `/proc/PID/maps`, when known.
     pub readable: bool,
+    pub writable: bool,
     pub executable: bool,
+    /// The kernel's name of a region that is no file: `[heap]`, `[stack]`, `[vdso]`.
+    pub special: Option<String>,
     /// The file's GNU build id in hex, once `fill_build_ids` has looked.
     pub build_id: Option<String>,
 }
@@ -57,20 +60,6 @@ impl Mappings {
         seen
     }
 
-    /// Reads the build id of every mapped file (each file once) into its mappings: for output
-    /// that names objects by build id (heap profiles' mappings), not needed to symbolise.
-    pub fn fill_build_ids(&mut self) {
-        let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
-        for m in &mut self.list {
-            if let Some(p) = &m.path {
-                m.build_id = ids
-                    .entry(p.clone())
-                    .or_insert_with(|| crate::elf::ElfObject::open(p).ok().and_then(|o| o.build_id_hex()))
-                    .clone();
-            }
-        }
-    }
-
     /// The mappings of one file.
     pub fn of_file<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = &'a Mapping> + 'a {
         self.list.iter().filter(move |m| m.path.as_deref() == Some(path))
@@ -86,6 +75,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let (_dev, _inode) = (f.next()?, f.next()?);
     let path = f.next().map(str::trim_start).unwrap_or("");
     let (start, end) = range.split_once('-')?;
+    let special = path.starts_with('[').then(|| path.to_owned());
     let path = match path {
         "" => None,
         p if p.starts_with('[') => None,
@@ -100,7 +90,9 @@ fn parse_line(line: &str) -> Option<Mapping> {
         offset: u64::from_str_radix(offset, 16).ok()?,
         path,
         readable: perms.first() == Some(&b'r'),
+        writable: perms.get(1) == Some(&b'w'),
         executable: perms.get(2) == Some(&b'x'),
+        special,
         build_id: None,
     })
 }
@@ -125,7 +117,10 @@ mod tests {
         );
         assert!(m.readable && m.executable);
         let heap = parse_line("55d0c0a4e000-55d0c0a6f000 rw-p 00000000 00:00 0          [heap]").unwrap();
-        assert_eq!(heap.path, None);
+        assert_eq!(
+            (heap.path, heap.special.as_deref(), heap.writable),
+            (None, Some("[heap]"), true)
+        );
         let anon = parse_line("7f1c2a022000-7f1c2a023000 ---p 00000000 00:00 0 ").unwrap();
         assert!(!anon.readable && anon.path.is_none());
         let gone = parse_line("1000-2000 r--p 00000000 08:01 9 /tmp/a b.so (deleted)").unwrap();
@@ -143,7 +138,7 @@ mod tests {
         assert!(maps.files().contains(&exe.as_path()));
         assert_eq!(maps.find(0), None);
         let mut maps = maps;
-        maps.fill_build_ids();
+        crate::source::elf::fill_build_ids(&mut maps);
         let id = maps
             .find(here)
             .unwrap()

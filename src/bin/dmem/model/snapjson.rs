@@ -5,7 +5,7 @@
 //! are listed as `dmem top` lists them: an address inside inlined code gives one entry per
 //! function, all with its `pc`, the inlined ones first and marked `"inlined": true`.
 
-use crate::snapshot::{Frame, Line, Object, Snapshot, Stack};
+use crate::model::snapshot::{Frame, Line, Object, Snapshot, Stack};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_reads_back_as_written() {
-        let snap = crate::snapshot::tests::sample();
+        let snap = crate::model::snapshot::tests::sample();
         let mut text = Vec::new();
         write(&snap, &mut text).unwrap();
         let mut back = read(&text).unwrap();
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn inlined_frames_are_listed_as_dmem_top_lists_them() {
-        let snap = crate::snapshot::tests::sample();
+        let snap = crate::model::snapshot::tests::sample();
         let f = frames(&snap.objects, &snap.stacks[0].frames);
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v[0]["function"], "inlined");

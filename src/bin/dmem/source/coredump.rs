@@ -7,9 +7,10 @@
 //! with the `object` crate.
 
 use crate::cli::show;
-use crate::mappings::{Mapping, Mappings};
-use crate::memory::{Memory, ReadError};
-use object::elf::{FileHeader64, NT_FILE, PT_LOAD, PT_NOTE};
+use crate::source::mappings::{Mapping, Mappings};
+use crate::source::memory::{Memory, ReadError};
+use crate::source::threads::{self, Thread};
+use object::elf::{FileHeader64, NT_FILE, NT_PRSTATUS, PT_LOAD, PT_NOTE};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::LittleEndian as LE;
 use std::cell::RefCell;
@@ -46,6 +47,11 @@ pub struct CoreDump {
     files: Vec<FileMapping>,
     /// When the core was written.
     pub mtime: SystemTime,
+    /// Every thread of the process, the one that dumped it first, from the NT_PRSTATUS notes.
+    pub threads: Vec<Thread>,
+    /// Bytes the segments say the core holds beyond its end, when it was cut short (a size
+    /// limit, a full disk).
+    pub missing: u64,
     /// Files mapped into the process, opened on first need (None: unreadable).
     opened: RefCell<HashMap<PathBuf, Option<memmap2::Mmap>>>,
 }
@@ -78,17 +84,23 @@ impl CoreDump {
             .map_err(|_| bad("its program headers are cut off"))?;
         let mut loads = Vec::new();
         let mut files = Vec::new();
+        let mut thread_list = Vec::new();
+        let mut missing = 0u64;
         for ph in phdrs {
             match ph.p_type(endian) {
-                PT_LOAD => loads.push(Load {
-                    vaddr: ph.p_vaddr(endian),
-                    offset: ph.p_offset(endian),
-                    // A core cut short (a size limit, a full disk) keeps what it has.
-                    filesz: ph
-                        .p_filesz(endian)
-                        .min((data.len() as u64).saturating_sub(ph.p_offset(endian))),
-                    flags: ph.p_flags(endian).0,
-                }),
+                PT_LOAD => {
+                    let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
+                    missing += end.saturating_sub((data.len() as u64).max(ph.p_offset(endian)));
+                    loads.push(Load {
+                        vaddr: ph.p_vaddr(endian),
+                        offset: ph.p_offset(endian),
+                        // A core cut short (a size limit, a full disk) keeps what it has.
+                        filesz: ph
+                            .p_filesz(endian)
+                            .min((data.len() as u64).saturating_sub(ph.p_offset(endian))),
+                        flags: ph.p_flags(endian).0,
+                    })
+                }
                 PT_NOTE => {
                     let Ok(Some(mut notes)) = ph.notes(endian, &*data) else {
                         continue;
@@ -97,6 +109,9 @@ impl CoreDump {
                         if note.name() == b"CORE" && note.n_type(endian) == NT_FILE {
                             files = parse_nt_file(note.desc())
                                 .ok_or_else(|| bad("its NT_FILE note is malformed"))?;
+                        }
+                        if note.name() == b"CORE" && note.n_type(endian) == NT_PRSTATUS {
+                            thread_list.extend(threads::from_prstatus(note.desc()));
                         }
                     }
                 }
@@ -112,6 +127,8 @@ impl CoreDump {
             loads,
             files,
             mtime,
+            threads: thread_list,
+            missing,
             opened: RefCell::new(HashMap::new()),
         })
     }
@@ -134,7 +151,9 @@ impl CoreDump {
                         offset: f.offset,
                         path: Some(f.path.clone()),
                         readable: flags & object::elf::PF_R.0 != 0,
+                        writable: flags & object::elf::PF_W.0 != 0,
                         executable: flags & object::elf::PF_X.0 != 0,
+                        special: None,
                         build_id: None,
                     }
                 })
@@ -190,7 +209,58 @@ impl CoreDump {
     }
 }
 
+impl CoreDump {
+    /// The executable the core's process ran: the file its first mapping maps (the kernel
+    /// lists the program first), if that file is still there.
+    pub fn program(&self) -> Option<PathBuf> {
+        self.files.first().map(|f| f.path.clone())
+    }
+}
+
 impl Memory for CoreDump {
+    /// Straight from the mapped core, no copy: the segments' bytes, and for what a segment
+    /// left out, the mapped file's.
+    fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {
+        let mut all = true;
+        let mut at = start;
+        while at < end {
+            let i = self.loads.partition_point(|l| l.vaddr <= at);
+            let seg = i
+                .checked_sub(1)
+                .map(|i| &self.loads[i])
+                .filter(|l| at - l.vaddr < l.filesz);
+            match seg {
+                Some(l) => {
+                    let stop = end.min(l.vaddr + l.filesz);
+                    let off = (l.offset + at - l.vaddr) as usize;
+                    f(at, &self.data[off..off + (stop - at) as usize]);
+                    at = stop;
+                }
+                None => {
+                    // Left out of the core, or not mapped: try a page from the file, or skip to
+                    // the next segment.
+                    let next_seg = self.loads.get(i).map_or(end, |l| l.vaddr.min(end));
+                    let page_end = ((at & !4095) + 4096).min(end);
+                    let mut buf = vec![0u8; (page_end - at) as usize];
+                    if self.fill(at, &mut buf) {
+                        f(at, &buf);
+                        at = page_end;
+                    } else {
+                        all = false;
+                        at = next_seg.max(page_end);
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    fn extent(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self.loads.partition_point(|l| l.vaddr <= addr);
+        let l = &self.loads[i.checked_sub(1)?];
+        (addr - l.vaddr < l.filesz).then_some((l.vaddr, l.vaddr + l.filesz))
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         if self.fill(addr, buf) {
             Ok(())

@@ -6,10 +6,10 @@
 //! Files are read through `object`'s read cache, so only the parts looked at are read: a program
 //! with hundreds of megabytes of debug info costs its headers, not its size.
 
-use crate::mappings::Mappings;
+use crate::source::mappings::Mappings;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::read::ReadCache;
-use object::{Object, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,8 @@ pub struct Segment {
     pub vaddr: u64,
     pub offset: u64,
     pub filesz: u64,
+    pub memsz: u64,
+    pub writable: bool,
 }
 
 /// The parts of a mapped object the launcher needs.
@@ -61,6 +63,8 @@ pub struct Segment {
 pub struct ElfObject {
     pub path: PathBuf,
     pub loads: Vec<Segment>,
+    /// The size of its thread-local storage image (PT_TLS), 0 without one.
+    pub tls_memsz: u64,
     /// The GNU build id note, if the object has one.
     pub build_id: Option<Vec<u8>>,
 }
@@ -70,18 +74,27 @@ impl ElfObject {
         let file = File::open(path).map_err(|e| e.to_string())?;
         let cache = ReadCache::new(file);
         let obj = object::read::File::parse(&cache).map_err(|e| e.to_string())?;
-        let loads = match &obj {
+        let (loads, tls_memsz) = match &obj {
             object::read::File::Elf64(elf) => {
                 let endian = elf.endian();
-                elf.elf_program_headers()
+                let phdrs = elf.elf_program_headers();
+                let loads = phdrs
                     .iter()
                     .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
                     .map(|p| Segment {
                         vaddr: p.p_vaddr(endian),
                         offset: p.p_offset(endian),
                         filesz: p.p_filesz(endian),
+                        memsz: p.p_memsz(endian),
+                        writable: p.p_flags(endian).0 & object::elf::PF_W.0 != 0,
                     })
-                    .collect()
+                    .collect();
+                let tls = phdrs
+                    .iter()
+                    .filter(|p| p.p_type(endian) == object::elf::PT_TLS)
+                    .map(|p| p.p_memsz(endian))
+                    .sum();
+                (loads, tls)
             }
             _ => return Err("not a 64-bit ELF file".into()),
         };
@@ -89,6 +102,7 @@ impl ElfObject {
         Ok(ElfObject {
             path: path.to_path_buf(),
             loads,
+            tls_memsz,
             build_id,
         })
     }
@@ -117,6 +131,70 @@ impl ElfObject {
         self.build_id
             .as_ref()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+    }
+}
+
+/// A symbol of an object's tables (`.symtab`, and `.dynsym`, which survives `strip`): its
+/// link-time address and size, its name as stored (mangled), and its section's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    pub addr: u64,
+    pub size: u64,
+    pub name: String,
+    pub section: String,
+}
+
+/// Every defined data or code symbol of the object at `path`, sorted by address, each once.
+pub fn symbols(path: &Path) -> Vec<Symbol> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let cache = ReadCache::new(file);
+    let Ok(obj) = object::read::File::parse(&cache) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Symbol> = Vec::new();
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if !sym.is_definition() || sym.address() == 0 {
+            continue;
+        }
+        if !matches!(
+            sym.kind(),
+            object::SymbolKind::Data | object::SymbolKind::Text | object::SymbolKind::Tls
+        ) {
+            continue;
+        }
+        let (Ok(name), Some(index)) = (sym.name(), sym.section_index()) else {
+            continue;
+        };
+        let section = obj
+            .section_by_index(index)
+            .ok()
+            .and_then(|s| s.name().ok().map(str::to_owned))
+            .unwrap_or_default();
+        out.push(Symbol {
+            addr: sym.address(),
+            size: sym.size(),
+            name: name.to_owned(),
+            section,
+        });
+    }
+    out.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
+    out.dedup_by(|a, b| a.addr == b.addr && a.name == b.name);
+    out
+}
+
+/// Reads the build id of every mapped file (each file once) into its mappings: for output
+/// that names objects by build id (heap profiles' mappings), not needed to symbolise.
+pub fn fill_build_ids(maps: &mut Mappings) {
+    let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
+    for m in &mut maps.list {
+        if let Some(p) = &m.path {
+            m.build_id = ids
+                .entry(p.clone())
+                .or_insert_with(|| ElfObject::open(p).ok().and_then(|o| o.build_id_hex()))
+                .clone();
+        }
     }
 }
 

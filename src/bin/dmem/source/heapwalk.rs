@@ -17,9 +17,9 @@
 //! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
 //! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
-use crate::elf::{self, ElfObject};
-use crate::mappings::Mappings;
-use crate::memory::{AddrHash, Memory, ReadError};
+use crate::source::elf::{self, ElfObject};
+use crate::source::mappings::Mappings;
+use crate::source::memory::{AddrHash, Memory, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -57,6 +57,13 @@ pub struct Layout {
     pub flags_addr: u64,
     pub size_list_shift: u64,
     pub size_list_bits: u64,
+    pub size_align_shift: u64,
+    pub size_align_bits: u64,
+    pub magic_freed: u32,
+    pub arena_start: u64,
+    pub arena_end: u64,
+    /// Where the descriptor itself is.
+    pub addr: u64,
     /// Version 1 has no sequence counters.
     pub list_off_changes: Option<u64>,
 }
@@ -99,11 +106,14 @@ impl Layout {
         let mut raw = vec![0u8; 8 * nwords];
         mem.read(addr, &mut raw)?;
         let w = |i: usize| word(&raw, i);
-        let (size_list_shift, size_list_bits, list_off_changes) = if version == 1 {
-            (w(8), 8, None)
-        } else {
-            (w(24), w(25), Some(w(28)))
-        };
+        // Version 1 did not publish the size word's fields; its writer put them right above
+        // the size.
+        let (size_list_shift, size_list_bits, size_align_shift, size_align_bits, list_off_changes) =
+            if version == 1 {
+                (w(8), 8, w(8) + 8, 8, None)
+            } else {
+                (w(24), w(25), w(26), w(27), Some(w(28)))
+            };
         let l = Layout {
             version,
             header_size: w(2),
@@ -127,6 +137,12 @@ impl Layout {
             flags_addr: w(23),
             size_list_shift,
             size_list_bits,
+            size_align_shift,
+            size_align_bits,
+            magic_freed: w(12) as u32,
+            arena_start: w(21),
+            arena_end: w(22),
+            addr,
             list_off_changes,
         };
         l.check().map_err(LayoutError::Invalid)?;
@@ -185,7 +201,7 @@ impl Layout {
         mem.u64_at(self.flags_addr)
     }
 
-    fn list_addr(&self, i: u64) -> u64 {
+    pub fn list_addr(&self, i: u64) -> u64 {
         self.lists + i * self.list_stride
     }
 }
@@ -234,6 +250,34 @@ pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), Lo
     Err(unreadable.unwrap_or(LocateError::NotLoaded))
 }
 
+/// Finds the descriptor by its magic in the memory of a mapped file that looks like the library
+/// (its name mentions dmem) or is not there any more: a core from another machine, or a library
+/// rebuilt or removed since, has no file to read `.dynsym` from, but its descriptor is still in
+/// the core, among the library's data.
+pub fn locate_by_magic(mem: &dyn Memory, maps: &Mappings) -> Option<(Layout, PathBuf)> {
+    let magic = LAYOUT_MAGIC.to_le_bytes();
+    for path in maps.files() {
+        if path.exists() && !path.to_string_lossy().contains("dmem") {
+            continue;
+        }
+        let mut found = Vec::new();
+        for m in maps.of_file(path) {
+            mem.pieces(m.start, m.end, &mut |at, bytes| {
+                let skip = ((8 - at % 8) % 8) as usize;
+                for (i, w) in bytes.get(skip..).unwrap_or(&[]).chunks_exact(8).enumerate() {
+                    if w == magic {
+                        found.push(at + skip as u64 + 8 * i as u64);
+                    }
+                }
+            });
+        }
+        if let Some(l) = found.into_iter().find_map(|a| Layout::read(mem, a).ok()) {
+            return Some((l, path.to_path_buf()));
+        }
+    }
+    None
+}
+
 /// A list's own counters, as the library keeps them under the list's lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -261,11 +305,36 @@ pub struct Block {
     pub tid: u32,
     /// Index into `Walk::stacks`.
     pub stack: u32,
+    /// The list the block was found on, and the one its header names: they differ only in a
+    /// corrupt heap, which a strict walk keeps and `dmem verify` reports.
+    pub list: u16,
+    pub named_list: u16,
+    /// log2 of the alignment asked for; 0 for an ordinary block.
+    pub align_log2: u8,
+}
+
+/// Something wrong found in the lists: which list, which header (or list), and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub list: Option<u64>,
+    pub addr: Option<u64>,
+    pub text: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.list {
+            Some(i) => write!(f, "list {i}: {}", self.text),
+            None => write!(f, "lists: {}", self.text),
+        }
+    }
 }
 
 /// How one list was read.
 #[derive(Clone, Debug, Default)]
 pub struct ListRead {
+    /// Where the list is.
+    pub addr: u64,
     /// The list's counters as read in the last attempt.
     pub counters: Counters,
     /// Attempts made (1 when the first was whole).
@@ -277,7 +346,7 @@ pub struct ListRead {
     /// Blocks read in the last attempt.
     pub blocks: u64,
     /// What ended the last attempt early, if something did.
-    pub problem: Option<String>,
+    pub problem: Option<Problem>,
 }
 
 /// Everything one walk found.
@@ -306,11 +375,28 @@ impl Walk {
 pub struct WalkOptions {
     /// Attempts per list before it counts as inconsistent.
     pub attempts: u32,
+    /// Memory that cannot change while it is read (a core, a stopped process): one attempt per
+    /// list, and a header whose back link does not name the header before it ends the list as
+    /// a problem, instead of being taken for a list that moved under the walk.
+    pub strict: bool,
 }
 
 impl Default for WalkOptions {
     fn default() -> Self {
-        WalkOptions { attempts: 4 }
+        WalkOptions {
+            attempts: 4,
+            strict: false,
+        }
+    }
+}
+
+impl WalkOptions {
+    /// For memory that does not change while it is read.
+    pub fn still() -> WalkOptions {
+        WalkOptions {
+            attempts: 1,
+            strict: true,
+        }
     }
 }
 
@@ -324,12 +410,16 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
     let mut interned: HashMap<Box<[u64]>, u32, AddrHash> = HashMap::default();
     let (mut scratch, mut best) = (ListScratch::default(), ListScratch::default());
     for i in 0..layout.nlists {
-        let mut read = ListRead::default();
+        let mut read = ListRead {
+            addr: layout.list_addr(i),
+            ..ListRead::default()
+        };
         best.clear();
-        for attempt in 1..=opts.attempts.max(1) {
+        let attempts = if opts.strict { 1 } else { opts.attempts.max(1) };
+        for attempt in 1..=attempts {
             read.attempts = attempt;
             scratch.clear();
-            let r = read_list(mem, layout, i, &mut scratch)?;
+            let r = read_list(mem, layout, i, &mut scratch, opts.strict)?;
             // Of attempts that were not whole, the one that read the most blocks is kept: an
             // attempt is cut short where the list changed under it.
             if r.whole || attempt == 1 || scratch.blocks.len() > best.blocks.len() {
@@ -408,7 +498,7 @@ impl ListScratch {
 struct ListOutcome {
     counters: Counters,
     whole: bool,
-    problem: Option<String>,
+    problem: Option<Problem>,
 }
 
 /// How long a sequence counter may stay odd before an attempt goes ahead anyway: a writer holds
@@ -417,7 +507,13 @@ struct ListOutcome {
 const ODD_SPINS: u32 = 64;
 
 /// One attempt at list `i`.
-fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Result<ListOutcome, Denied> {
+fn read_list(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    s: &mut ListScratch,
+    strict: bool,
+) -> Result<ListOutcome, Denied> {
     let fatal = |e: ReadError| match e {
         ReadError::Denied(e) => Some(Denied(e)),
         ReadError::Unmapped => None,
@@ -433,12 +529,16 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
         None => Ok(ListOutcome {
             counters: Counters::default(),
             whole: false,
-            problem: Some(format!("list {i} at {base:#x} cannot be read")),
+            problem: Some(Problem {
+                list: Some(i),
+                addr: Some(base),
+                text: format!("the list at {base:#x} cannot be read"),
+            }),
         }),
     };
     let mut before = read_seq();
     let mut spins = 0;
-    while matches!(before, Ok(Some(v)) if v & 1 == 1) && spins < ODD_SPINS {
+    while !strict && matches!(before, Ok(Some(v)) if v & 1 == 1) && spins < ODD_SPINS {
         spins += 1;
         std::thread::yield_now();
         before = read_seq();
@@ -468,6 +568,7 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
         word(l.list_off_head),
         counters.live_blocks,
         s,
+        strict,
     )
     .map_err(Denied)?;
     let after = match read_seq() {
@@ -477,11 +578,14 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
             None => None,
         },
     };
-    let steady = match (before, after) {
-        (Some(b), Some(a)) => b == a && b & 1 == 0,
-        (None, None) => true,
-        _ => false,
-    };
+    // Memory that cannot change is whole whatever its counter says (a core taken while a
+    // thread was half-way through a link shows an odd one).
+    let steady = strict
+        || match (before, after) {
+            (Some(b), Some(a)) => b == a && b & 1 == 0,
+            (None, None) => true,
+            _ => false,
+        };
     Ok(ListOutcome {
         counters,
         whole: steady && walked.problem.is_none() && !walked.moved,
@@ -492,28 +596,76 @@ fn read_list(mem: &dyn Memory, l: &Layout, i: u64, s: &mut ListScratch) -> Resul
 /// How one attempt's walk went.
 struct HeaderWalk {
     /// What ended it early, if something did.
-    problem: Option<String>,
+    problem: Option<Problem>,
     /// A header's back link did not name the header before it: the list changed under the walk
     /// (a block was unlinked next to where it was). The walk goes on, since the header itself
     /// is sound, but the attempt does not count as whole.
     moved: bool,
 }
 
+/// Why a header is not believed.
+enum Bad {
+    Misaligned,
+    Unreadable,
+    Magic(u32),
+    /// A sound header that names another list: a walk of a running process met a block that
+    /// was freed and allocated again since the link to it was read.
+    OtherList(u64),
+}
+
+/// The problem a header that is not believed makes, worded as `dmem verify` prints it; `prev`
+/// is the header the walk came from (0 for the list's head).
+fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
+    let from = if prev != 0 {
+        format!("next of {prev:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    let came = if prev != 0 {
+        format!("{prev:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    let text = match bad {
+        Bad::Misaligned => format!("{from} points to misaligned {h:#x}; rest of the list lost"),
+        Bad::Unreadable => format!("{from} points to {h:#x}, which is unreadable; rest of the list lost"),
+        Bad::Magic(m) if *m == l.magic_freed => format!(
+            "header {h:#x}, reached from {came}: freed block (magic {m:#x}) still on the list; rest of the list lost"
+        ),
+        Bad::Magic(m) => {
+            format!("header {h:#x}, reached from {came}: bad magic {m:#010x}; rest of the list lost")
+        }
+        Bad::OtherList(o) => {
+            format!("header {h:#x}, reached from {came}: it names list {o}; rest of the list lost")
+        }
+    };
+    Problem {
+        list: Some(i),
+        addr: Some(h),
+        text,
+    }
+}
+
 /// Follows one list from `head`, appending what it finds to `s`. An `Err` only when the system
 /// refused a read.
 ///
-/// A header is believed when it is aligned, readable, carries the live magic and names this
-/// list. A running process changes the list while it is walked, so a header that fails is
-/// read again from the process (what was read may be older than the link that led to it), and
+/// A header is believed when it is aligned, readable and carries the live magic. A strict walk
+/// (memory that does not change) also wants its back link to name the header it came from; that
+/// alone keeps it from looping (to reach a header twice it would have to come twice from its
+/// recorded predecessor, and so on back to the head), and the first bad link ends the list as a
+/// problem. A running process changes the list while it is walked, so there a header that fails
+/// is read again from the process (what was read may be older than the link that led to it), and
 /// if it still fails (it was freed under the walk), the walk goes on from a fresh read of the
 /// header before it, whose next link now skips the freed one; a bounded number of times per
-/// walk. The back link is checked but only marks the walk as moved.
+/// walk. The back link is checked but only marks the walk as moved, and a header that names
+/// another list is not believed.
 ///
 /// A walk over a list that did not move cannot meet a header twice (each back link named the
 /// header before it); one that moved may (a block freed and linked again at the head while the
 /// walk was past it), so a loop ends at the step cap, or sooner when it comes back to the head,
 /// and the caller drops repeats. Remembering every header in a set instead would cost a cache
 /// miss per block, most of the walk's time on a large heap.
+#[allow(clippy::too_many_arguments)]
 fn walk_headers(
     mem: &dyn Memory,
     l: &Layout,
@@ -522,6 +674,7 @@ fn walk_headers(
     head: u64,
     counted: u64,
     s: &mut ListScratch,
+    strict: bool,
 ) -> Result<HeaderWalk, std::io::Error> {
     let cap = counted.saturating_add(64 + counted / 8).min(1 << 32);
     let hs = l.header_size;
@@ -533,15 +686,21 @@ fn walk_headers(
     let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
     while h != 0 {
         if steps >= cap {
-            walk.problem = Some(format!("list {i}: longer than its {counted} blocks"));
+            walk.problem = Some(Problem {
+                list: Some(i),
+                addr: Some(h),
+                text: format!(
+                    "list goes on past {cap} blocks though its live count is {counted}; stopped there"
+                ),
+            });
             break;
         }
-        let mut fields = read_header(mem, l, i, h, &mut s.header)?;
-        if fields.is_err() && recoveries < MAX_RECOVERIES {
+        let mut fields = read_header(mem, l, i, h, &mut s.header, strict)?;
+        if fields.is_err() && !strict && recoveries < MAX_RECOVERIES {
             recoveries += 1;
             walk.moved = true;
             mem.forget_range(h, hs);
-            fields = read_header(mem, l, i, h, &mut s.header)?;
+            fields = read_header(mem, l, i, h, &mut s.header, strict)?;
             if fields.is_err() {
                 // Freed under the walk: go on from whatever now follows the header before it
                 // (or from the list's head, if it was the first).
@@ -549,7 +708,7 @@ fn walk_headers(
                     Some(b) => {
                         let p = b.addr - hs;
                         mem.forget_range(p, hs);
-                        match read_header(mem, l, i, p, &mut s.header)? {
+                        match read_header(mem, l, i, p, &mut s.header, strict)? {
                             Ok(f) => Some(f.next),
                             Err(_) => None,
                         }
@@ -566,18 +725,44 @@ fn walk_headers(
         }
         let f = match fields {
             Ok(f) => f,
-            Err(why) => {
-                walk.problem = Some(format!("list {i}: {why}"));
+            Err(bad) => {
+                walk.problem = Some(bad_link(l, i, h, prev, &bad));
                 break;
             }
         };
         // The head's back link is whatever the last link put in front of it since the head
         // was read; further on it must name the header we came from.
-        if prev != 0 && f.prev != prev {
+        if (strict || prev != 0) && f.prev != prev {
+            if strict {
+                let seen = s.blocks.iter().any(|b| b.addr == h + hs);
+                let came = if prev != 0 {
+                    format!("{prev:#x}")
+                } else {
+                    "the list head".to_owned()
+                };
+                walk.problem = Some(Problem {
+                    list: Some(i),
+                    addr: Some(h),
+                    text: format!(
+                        "header {h:#x}, reached from {came}: its prev is {:#x}, not {prev:#x}{}; rest of the list lost",
+                        f.prev,
+                        if seen {
+                            " (it was walked already: the list loops back)"
+                        } else {
+                            ""
+                        }
+                    ),
+                });
+                break;
+            }
             walk.moved = true;
         }
         if h == head && steps > 0 {
-            walk.problem = Some(format!("list {i}: comes back to header {h:#x}"));
+            walk.problem = Some(Problem {
+                list: Some(i),
+                addr: Some(h),
+                text: format!("comes back to header {h:#x}"),
+            });
             break;
         }
         s.blocks.push(Block {
@@ -585,6 +770,9 @@ fn walk_headers(
             size: f.size,
             tid: f.tid,
             stack: 0,
+            list: i as u16,
+            named_list: f.list as u16,
+            align_log2: f.align_log2,
         });
         let hd = &s.header;
         let word = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
@@ -607,45 +795,52 @@ struct HeaderFields {
     prev: u64,
     size: u64,
     tid: u32,
+    list: u64,
+    align_log2: u8,
 }
 
-/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, on list `i`.
-/// The inner `Err` says why it is not believed.
+/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, and (unless
+/// `strict`, which reports it later instead) on list `i`. The inner `Err` says why it is not
+/// believed.
 fn read_header(
     mem: &dyn Memory,
     l: &Layout,
     i: u64,
     h: u64,
     buf: &mut [u8],
-) -> Result<Result<HeaderFields, String>, std::io::Error> {
+    strict: bool,
+) -> Result<Result<HeaderFields, Bad>, std::io::Error> {
     // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
     if !h.is_multiple_of(8) {
-        return Ok(Err(format!("misaligned link {h:#x}")));
+        return Ok(Err(Bad::Misaligned));
     }
     match mem.read(h, buf) {
         Ok(()) => {}
-        Err(ReadError::Unmapped) => return Ok(Err(format!("unreadable header {h:#x}"))),
+        Err(ReadError::Unmapped) => return Ok(Err(Bad::Unreadable)),
         Err(ReadError::Denied(e)) => return Err(e),
     }
     let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
     let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
-    if u32_at(l.off_magic) != l.magic_live {
-        return Ok(Err(format!("header {h:#x} is not live")));
+    let magic = u32_at(l.off_magic);
+    if magic != l.magic_live {
+        return Ok(Err(Bad::Magic(magic)));
     }
     let word = u64_at(l.off_size);
-    let list_mask = if l.size_list_bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << l.size_list_bits) - 1
+    let field = |shift: u64, bits: u64| {
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        (word >> shift) & mask
     };
-    if (word >> l.size_list_shift) & list_mask != i {
-        return Ok(Err(format!("header {h:#x} names another list")));
+    let list = field(l.size_list_shift, l.size_list_bits);
+    if list != i && !strict {
+        return Ok(Err(Bad::OtherList(list)));
     }
     Ok(Ok(HeaderFields {
         next: u64_at(l.off_next),
         prev: u64_at(l.off_prev),
         size: word & ((1u64 << l.size_bits) - 1),
         tid: u32_at(l.off_tid),
+        list,
+        align_log2: field(l.size_align_shift, l.size_align_bits) as u8,
     }))
 }
 
@@ -794,11 +989,19 @@ pub mod tests {
         // Make the tail point back at the head: a torn read could show this.
         m.put_u64(0x10000, 0x10100);
         let l = Layout::read(&m, DESC).unwrap();
-        let w = walk(&m, &l, WalkOptions { attempts: 3 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 3,
+                strict: false,
+            },
+        )
+        .unwrap();
         assert_eq!(w.inconsistent(), 1);
         assert_eq!(w.lists[0].attempts, 3);
         assert!(
-            w.lists[0].problem.as_deref().unwrap().contains("comes back"),
+            w.lists[0].problem.as_ref().unwrap().text.contains("comes back"),
             "{:?}",
             w.lists[0]
         );
@@ -811,16 +1014,28 @@ pub mod tests {
         // was past it) does not stop the walk, but the list is not whole.
         m.put_u64(0x10000, 0);
         m.put_u64(0x10000 + 8, 0x20000);
-        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 2,
+                strict: false,
+            },
+        )
+        .unwrap();
         assert_eq!(
-            (w.blocks.len(), w.inconsistent(), w.lists[0].problem.as_deref()),
+            (w.blocks.len(), w.inconsistent(), w.lists[0].problem.as_ref()),
             (2, 1, None)
         );
         // A header whose magic is gone (freed under us) ends the walk there.
         m.put_u64(0x10000, 0);
         m.put(0x10000 + 108, &0xd3e3_f4eeu32.to_le_bytes());
         let w = walk(&m, &l, WalkOptions::default()).unwrap();
-        assert!(w.lists[0].problem.as_deref().unwrap().contains("not live"));
+        let why = &w.lists[0].problem.as_ref().unwrap().text;
+        assert!(
+            why.contains("freed block (magic 0xd3e3f4ee) still on the list"),
+            "{why}"
+        );
         assert_eq!(w.blocks.len(), 1);
     }
 
@@ -846,7 +1061,15 @@ pub mod tests {
                 m.put_u64(LISTS + 40, seq as u64 + 2);
             }
         }));
-        let w = walk(&m, &l, WalkOptions { attempts: 1 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 1,
+                strict: false,
+            },
+        )
+        .unwrap();
         let sizes: Vec<u64> = w.blocks.iter().map(|b| b.size).collect();
         assert_eq!(sizes, [100, 300], "{:?}", w.lists[0]);
         assert!(!w.lists[0].consistent, "the list moved");
@@ -865,16 +1088,40 @@ pub mod tests {
             *n += 2;
             m.bytes.borrow_mut().insert(LISTS + 40, *n as u8);
         }));
-        let w = walk(&m, &l, WalkOptions { attempts: 4 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 4,
+                strict: false,
+            },
+        )
+        .unwrap();
         assert_eq!((w.lists[0].consistent, w.lists[0].attempts), (false, 4));
         assert!(w.lists[1].consistent, "the other list did not change");
         *m.on_read.borrow_mut() = None;
         // Stuck odd: a writer that never finished. Counted, never trusted.
         m.put_u64(LISTS + 40, 5);
-        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 2,
+                strict: false,
+            },
+        )
+        .unwrap();
         assert_eq!(w.inconsistent(), 1);
         m.put_u64(LISTS + 40, 6);
-        let w = walk(&m, &l, WalkOptions { attempts: 2 }).unwrap();
+        let w = walk(
+            &m,
+            &l,
+            WalkOptions {
+                attempts: 2,
+                strict: false,
+            },
+        )
+        .unwrap();
         assert_eq!((w.inconsistent(), w.lists[0].attempts), (0, 1));
     }
 

@@ -2,16 +2,15 @@
 //! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
 
 use crate::cli::{self, show};
-use crate::gdb_driver::{self, Sink};
-use crate::run::{self, Spec};
-use crate::{failed, last_line, locate, Result};
+use crate::commands::run::{self, Spec};
+use crate::{commands::locate, failed, last_line, Result};
 use std::path::Path;
 use std::process::Command;
 
 /// The example's source, the driver program of the original libdmem post. The tests run the
 /// same file as a fixture; the demo compiles its own copy, so the launcher needs nothing from
 /// the build tree to show it.
-const DRIVER_C: &str = include_str!("../../../c-fixtures/driver.c");
+const DRIVER_C: &str = include_str!("../../../../c-fixtures/driver.c");
 /// How the demo compiles it, shown to the user as it runs.
 const CC_ARGS: [&str; 5] = ["-g", "-O2", "-o", "driver", "driver.c"];
 
@@ -26,8 +25,6 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     // Everything it needs, before it starts telling the story.
     locate::library()?;
     let cc = locate::c_compiler()?;
-    locate::gdb()?;
-    locate::script()?;
     // Built beside the core, so the commands shown are short enough to read and retype.
     let driver = compile_example(&cc, &dir)?;
 
@@ -68,7 +65,14 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     println!("Then see which allocation stacks hold the memory that was never freed:");
     println!();
     println!("$ dmem report ./driver {core_name}");
-    gdb_driver::gdb_command(Some((&driver, &core)), "dmem summary", Sink::Stdout)?;
+    let summary = crate::commands::heap::summary(cli::ListArgs {
+        image: cli::ImageArgs {
+            image: vec![driver.clone().into_os_string(), core.clone().into_os_string()],
+            registers: None,
+        },
+        filters: cli::Filters::default(),
+    })?;
+    print!("{summary}");
     println!();
     println!("Next, in {}:", show(&dir));
     println!("  dmem report ./driver {core_name} stacks            every block with its stack");

@@ -6,12 +6,14 @@
 //! its identity (and its series of samples) from one sample to the next.
 
 use crate::cli::TopArgs;
-use crate::growth::{self, Class};
-use crate::heapwalk::{self, WalkOptions};
-use crate::live::{self, LiveProcess};
-use crate::mappings::Mappings;
-use crate::stacks;
-use crate::symbolize::{Frame, Symbolizer};
+use crate::model::frames;
+use crate::model::growth::{self, Class};
+use crate::model::heap;
+use crate::model::symbolize::{Frame, Symbolizer};
+use crate::model::text::{bytes_text, clock, signed, thousands};
+use crate::source::heapwalk::{self, WalkOptions};
+use crate::source::live::{self, LiveProcess};
+use crate::source::mappings::Mappings;
 use crate::sys::{self, INTERRUPTED};
 use crate::Result;
 use serde::Serialize;
@@ -101,7 +103,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
                 return Err(live::refused(target.pid, &e));
             }
         };
-        let groups = stacks::group(&walk);
+        let groups = heap::group(&walk.blocks, &walk.stacks);
 
         let read = t0.elapsed();
         let sample = watch.times.len();
@@ -270,7 +272,7 @@ impl Watch {
                 r.class.name()
             )?;
             for f in self.frames(&r.pcs) {
-                writeln!(o, "        {}", short_frame(&f))?;
+                writeln!(o, "        {}", frames::text(&f))?;
             }
         }
         writeln!(o)
@@ -303,77 +305,5 @@ impl Watch {
             }
         );
         let _ = self.print_rows(&mut o, &rows);
-    }
-}
-
-/// A frame for the text output: the file name alone, not its directory.
-pub fn short_frame(f: &Frame) -> String {
-    let mut f = f.clone();
-    if let Some(file) = &f.file {
-        f.file = Some(
-            std::path::Path::new(file)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| file.clone()),
-        );
-    }
-    f.describe()
-}
-
-pub fn thousands(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-pub fn signed(v: i64) -> String {
-    let sign = if v > 0 {
-        "+"
-    } else if v < 0 {
-        "-"
-    } else {
-        ""
-    };
-    format!("{sign}{}", thousands(v.unsigned_abs()))
-}
-
-pub fn bytes_text(v: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if v < 1024 {
-        return format!("{v} bytes");
-    }
-    let (mut x, mut unit) = (v as f64 / 1024.0, 0);
-    while x >= 1024.0 && unit < UNITS.len() - 1 {
-        x /= 1024.0;
-        unit += 1;
-    }
-    format!("{x:.1} {} ({} bytes)", UNITS[unit], thousands(v))
-}
-
-/// `HH:MM:SS` of a time, UTC: the launcher carries no time-zone database.
-pub fn clock(t: SystemTime) -> String {
-    let s = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() % 86_400;
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_read_well() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(signed(-4096), "-4,096");
-        assert_eq!(signed(12), "+12");
-        assert_eq!(bytes_text(512), "512 bytes");
-        assert_eq!(bytes_text(3 << 20), "3.0 MiB (3,145,728 bytes)");
-        assert_eq!(clock(UNIX_EPOCH + Duration::from_secs(86_400 + 3661)), "01:01:01");
     }
 }

@@ -22,13 +22,6 @@ pub fn exe_dir() -> Result<PathBuf> {
     Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
 }
 
-/// `PREFIX` when the launcher runs from `PREFIX/bin` next to an installed `PREFIX/lib`.
-pub fn install_prefix() -> Option<PathBuf> {
-    let dir = exe_dir().ok()?;
-    let prefix = dir.parent()?;
-    (dir.file_name()? == "bin" && prefix.join("lib").join(LIB_NAME).is_file()).then(|| prefix.to_path_buf())
-}
-
 /// The source tree this launcher was built from, if it is still there.
 fn source_tree() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

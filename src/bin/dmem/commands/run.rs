@@ -1,7 +1,7 @@
 //! `dmem run`: start a program with libdmem.so preloaded and account for how it ended.
 
 use crate::cli::{self, show};
-use crate::{corefile, elf, failed, last_line, locate, sys, usage, Fail, Result};
+use crate::{commands::corefile, commands::locate, failed, last_line, source::elf, sys, usage, Fail, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;

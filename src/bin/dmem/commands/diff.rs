@@ -4,9 +4,11 @@
 //! `Snapshot::stack_key`), so two cores of different runs of a program compare as well as two
 //! moments of one process.
 
-use crate::snapjson;
-use crate::snapshot::{describe_frames, Format, Snapshot, Source, Stack};
-use crate::top::{bytes_text, clock, signed, thousands};
+use crate::cli::SnapshotFormat as Format;
+use crate::commands::snapshot::Source;
+use crate::model::snapjson;
+use crate::model::snapshot::{describe_frames, Snapshot, Stack};
+use crate::model::text::{bytes_text, clock, signed, thousands};
 use crate::{failed, usage, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -29,7 +31,7 @@ pub struct Change {
 pub struct Diff {
     /// The objects of NEW, then those of BASE that NEW lacks; the stacks' frames index into this
     /// list.
-    pub objects: Vec<crate::snapshot::Object>,
+    pub objects: Vec<crate::model::snapshot::Object>,
     /// Stacks that changed: most grown in bytes first (then in blocks), shrunk ones at the end.
     pub changes: Vec<Change>,
     /// Stacks present in both with the same counts.
@@ -324,7 +326,7 @@ pub fn command(
     drop(o);
     if let Some(path) = pprof_out {
         let source = format!("{} minus {}", new.source, base.source);
-        crate::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
+        crate::commands::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
     }
     Ok(0)
 }
@@ -332,7 +334,7 @@ pub fn command(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Frame, Object};
+    use crate::model::snapshot::{Frame, Object};
 
     fn snap(objects_at: u64, stacks: &[(u64, i64, i64)]) -> Snapshot {
         Snapshot {

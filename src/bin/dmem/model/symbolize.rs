@@ -7,8 +7,8 @@
 //! (`/usr/lib/debug/.build-id/xx/yyyy.debug`, where Debian's `-dbg` and `-dbgsym` packages put
 //! them), and falls back to its symbol table, which gives the function but no line.
 
-use crate::elf::ElfObject;
-use crate::mappings::Mappings;
+use crate::source::elf::ElfObject;
+use crate::source::mappings::Mappings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -42,30 +42,6 @@ impl Frame {
             object,
             inlined: false,
         }
-    }
-
-    /// `function+0x1a (file.c:12) in libfoo.so`, leaving out what is unknown.
-    pub fn describe(&self) -> String {
-        let mut s = match &self.function {
-            Some(f) => match self.offset {
-                Some(o) if !self.inlined => format!("{f}+{o:#x}"),
-                _ => f.clone(),
-            },
-            None => format!("{:#x}", self.pc),
-        };
-        if let Some(file) = &self.file {
-            match self.line {
-                Some(l) => s.push_str(&format!(" ({file}:{l})")),
-                None => s.push_str(&format!(" ({file})")),
-            }
-        }
-        if self.inlined {
-            s.push_str(" [inlined]");
-        }
-        if let Some(name) = self.object.as_deref().and_then(Path::file_name) {
-            s.push_str(&format!(" in {}", name.to_string_lossy()));
-        }
-        s
     }
 }
 
@@ -259,13 +235,15 @@ mod tests {
             })
             .expect("make_a's mangled symbol");
         let base = 0x5555_0000_0000u64;
-        let maps = Mappings::new(vec![crate::mappings::Mapping {
+        let maps = Mappings::new(vec![crate::source::mappings::Mapping {
             start: base,
             end: base + 0x10_0000,
             offset: 0,
             path: Some(exe.clone()),
             readable: true,
+            writable: false,
             executable: true,
+            special: None,
             build_id: None,
         }]);
         let mut s = Symbolizer::new(maps);
@@ -282,9 +260,9 @@ mod tests {
         assert!(f.line.unwrap_or(0) > 0, "{frames:?}");
         assert_eq!(f.offset, Some(4), "{frames:?}");
         assert!(
-            f.describe().starts_with(&format!("{name}+0x4 (")),
+            crate::model::frames::text(f).starts_with(&format!("{name}+0x4 (")),
             "{}",
-            f.describe()
+            crate::model::frames::text(f)
         );
     }
 

@@ -2,20 +2,14 @@
 //! stack, with every frame symbolised. `dmem snapshot` writes it (pprof, JSON or folded
 //! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
 //! core file or a file written earlier.
+#![forbid(unsafe_code)]
 
-use crate::cli::show;
-use crate::coredump::CoreDump;
-use crate::elf::{self, Kind};
-use crate::heapwalk::{self, LocateError, WalkOptions, FLAG_RECORDING};
-use crate::live;
-use crate::mappings::Mappings;
-use crate::symbolize::{self, Symbolizer};
-use crate::top::thousands;
-use crate::{failed, usage, Result};
+use crate::model::symbolize::{self, Symbolizer};
+use crate::source::heapwalk;
+use crate::source::mappings::Mappings;
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where a snapshot's code addresses lie: one mapped object file.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -162,175 +156,8 @@ impl Snapshot {
     }
 }
 
-/// Where a snapshot comes from, as named on the command line.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Source {
-    Pid(i32),
-    Core {
-        prog: PathBuf,
-        core: PathBuf,
-    },
-    /// A snapshot written earlier: a pprof profile (gzipped or not) or dmem's JSON.
-    File(PathBuf),
-}
-
-impl Source {
-    /// Splits command-line words into sources: a number is a PID, a program is followed by its
-    /// core, anything else is a snapshot file.
-    pub fn parse_all(words: &[OsString]) -> Result<Vec<Source>> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < words.len() {
-            let w = &words[i];
-            i += 1;
-            if let Some(pid) = w.to_str().and_then(|s| s.parse::<i32>().ok()) {
-                if pid <= 0 {
-                    return Err(usage(format!("{pid} is not a process id")));
-                }
-                out.push(Source::Pid(pid));
-                continue;
-            }
-            let path = PathBuf::from(w);
-            match elf::kind(&path) {
-                Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&path)))),
-                Ok(Kind::Core) => {
-                    return Err(usage(format!(
-                        "{} is a core file: name its program first (PROG CORE)",
-                        show(&path)
-                    )))
-                }
-                Ok(Kind::Program { .. }) => {
-                    let Some(core) = words.get(i).map(PathBuf::from) else {
-                        return Err(usage(format!(
-                            "{} is a program: a core file of it must follow (PROG CORE)",
-                            show(&path)
-                        )));
-                    };
-                    i += 1;
-                    match elf::kind(&core) {
-                        Ok(Kind::Core) => out.push(Source::Core { prog: path, core }),
-                        Ok(_) => {
-                            return Err(usage(format!(
-                                "{} is not a core file (it follows the program {})",
-                                show(&core),
-                                show(&path)
-                            )))
-                        }
-                        Err(e) => return Err(usage(format!("cannot read {}: {e}", show(&core)))),
-                    }
-                }
-                Ok(_) => out.push(Source::File(path)),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The snapshot this source holds or gives now.
-    pub fn take(&self) -> Result<Snapshot> {
-        match self {
-            Source::Pid(pid) => {
-                let p = live::open(*pid)?;
-                let main = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-                let when = SystemTime::now();
-                let started = Instant::now();
-                let walk = heapwalk::walk(&p.mem, &p.layout, WalkOptions::default())
-                    .map_err(|d| live::refused(*pid, &d.0))?;
-                let read_ms = millis(started.elapsed());
-                let source = format!("pid {pid} ({})", p.name);
-                Ok(from_walk(&walk, p.maps, main.as_deref(), source, when, read_ms))
-            }
-            Source::Core { prog, core } => {
-                let dump = CoreDump::open(core).map_err(failed)?;
-                let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.clone());
-                let maps = program_in_core(dump.mappings(), &main, core)?;
-                let source = format!("{} (core {})", file_name(prog), show(core));
-                let started = Instant::now();
-                let walk = walk_core(&dump, &maps, &source)?;
-                let read_ms = millis(started.elapsed());
-                Ok(from_walk(&walk, maps, Some(&main), source, dump.mtime, read_ms))
-            }
-            Source::File(path) => {
-                let data =
-                    std::fs::read(path).map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
-                let what = |e: String| failed(format!("{}: {e}", show(path)));
-                if crate::pprof::is_gzip(&data) || !data.trim_ascii_start().starts_with(b"{") {
-                    crate::pprof::read(&data).map_err(what)
-                } else {
-                    crate::snapjson::read(&data).map_err(what)
-                }
-            }
-        }
-    }
-}
-
-/// Milliseconds to the microsecond, as `dmem top` gives its read times.
-fn millis(d: std::time::Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-fn file_name(p: &Path) -> String {
-    p.file_name().map(show).unwrap_or_else(|| show(p))
-}
-
-/// Checks that `prog` is the program of the core, and has the core's mappings of it read from
-/// `prog` when the path the core recorded is gone (a core taken elsewhere, a program moved since).
-fn program_in_core(mut maps: Mappings, prog: &Path, core: &Path) -> Result<Mappings> {
-    let name = prog.file_name();
-    let same = |p: &Path| p == prog || std::fs::canonicalize(p).is_ok_and(|c| c == prog);
-    if maps.list.iter().any(|m| m.path.as_deref().is_some_and(same)) {
-        return Ok(maps);
-    }
-    let mut found = false;
-    for m in &mut maps.list {
-        if let Some(p) = &m.path {
-            if p.file_name() == name && !p.exists() {
-                m.path = Some(prog.to_path_buf());
-                found = true;
-            }
-        }
-    }
-    if found {
-        return Ok(maps);
-    }
-    let first = maps
-        .files()
-        .first()
-        .map(show)
-        .unwrap_or_else(|| "no file at all".into());
-    Err(failed(format!(
-        "{} is not a core of {}: the program it maps first is {first}",
-        show(core),
-        show(prog)
-    )))
-}
-
-/// Finds the lists in a core and walks them. A core is never refused, so the only failures are
-/// a core without the library or with it broken.
-fn walk_core(dump: &CoreDump, maps: &Mappings, source: &str) -> Result<heapwalk::Walk> {
-    let (layout, lib) = heapwalk::locate(dump, maps).map_err(|e| match e {
-        LocateError::NotLoaded => failed(format!(
-            "{source} has no libdmem.so loaded (no mapped object exports dmem_layout): the program \
-             must run with LD_PRELOAD=libdmem.so (or under 'dmem run') for its cores to hold the lists"
-        )),
-        LocateError::Unreadable { lib, why } => failed(format!(
-            "the dmem_layout descriptor of {} in {source} cannot be read: {why}",
-            show(&lib)
-        )),
-        LocateError::Denied(e) => failed(format!("cannot read {source}: {e}")),
-    })?;
-    if layout.flags(dump).is_ok_and(|f| f & FLAG_RECORDING == 0) {
-        return Err(failed(format!(
-            "{source} ran {} with recording off (no-log-allocs): its blocks have no stacks and are \
-             on no list",
-            show(&lib)
-        )));
-    }
-    heapwalk::walk(dump, &layout, WalkOptions::default())
-        .map_err(|d| failed(format!("cannot read {source}: {}", d.0)))
-}
-
 /// Groups and symbolises the blocks a walk found.
-fn from_walk(
+pub fn from_walk(
     walk: &heapwalk::Walk,
     maps: Mappings,
     main: Option<&Path>,
@@ -338,10 +165,10 @@ fn from_walk(
     when: SystemTime,
     read_ms: f64,
 ) -> Snapshot {
-    let groups = crate::stacks::group(walk);
+    let groups = crate::model::heap::group(&walk.blocks, &walk.stacks);
 
     let mut maps = maps;
-    maps.fill_build_ids();
+    crate::source::elf::fill_build_ids(&mut maps);
     let mut sym = Symbolizer::new(maps.clone());
     let mut objects: Vec<Object> = Vec::new();
     // The executable mapping's start, to its index in `objects`.
@@ -435,72 +262,6 @@ fn lines_of(frames: &[symbolize::Frame]) -> Vec<Line> {
         .collect()
 }
 
-pub use crate::cli::SnapshotFormat as Format;
-
-/// Writes `snap` to `output` (`-` for standard output) in `format`.
-pub fn write_to(snap: &Snapshot, output: &Path, format: Format) -> Result<()> {
-    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
-        match format {
-            Format::Pprof => crate::pprof::write(snap, &mut *w),
-            Format::Json => crate::snapjson::write(snap, &mut *w),
-            Format::Folded => w.write_all(snap.folded().as_bytes()),
-        }?;
-        w.flush()
-    };
-    let done = if output == Path::new("-") {
-        write(&mut std::io::stdout().lock())
-    } else {
-        let file = std::fs::File::create(output)
-            .map_err(|e| failed(format!("cannot create {}: {e}", show(output))))?;
-        write(&mut std::io::BufWriter::new(file))
-    };
-    match done {
-        Ok(()) => Ok(()),
-        // The reader of standard output went away (`| head`): nothing more to say.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(failed(format!("cannot write {}: {e}", show(output)))),
-    }
-}
-
-/// `dmem snapshot SOURCE -o FILE`.
-pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32> {
-    let sources = Source::parse_all(words)?;
-    let [source] = sources.as_slice() else {
-        return Err(usage(
-            "takes one source: a PID, or a program and its core (PROG CORE)",
-        ));
-    };
-    if let Source::File(p) = source {
-        return Err(usage(format!(
-            "{} is neither a process id nor a program followed by its core",
-            show(p)
-        )));
-    }
-    let snap = source.take()?;
-    write_to(&snap, output, format)?;
-    if let Some(note) = snap.inconsistency() {
-        eprintln!("dmem snapshot: {note}");
-    }
-    if output != Path::new("-") {
-        let plural = |n: i64, one: &str, many: &str| {
-            format!(
-                "{} {}",
-                thousands(n.max(0) as u64),
-                if n == 1 { one } else { many }
-            )
-        };
-        eprintln!(
-            "dmem snapshot: {} in {} from {} of {} written to {}",
-            plural(snap.live_bytes(), "byte", "bytes"),
-            plural(snap.live_blocks(), "block", "blocks"),
-            plural(snap.stacks.len() as i64, "stack", "stacks"),
-            snap.source,
-            show(output)
-        );
-    }
-    Ok(0)
-}
-
 /// A stack's frames for people, one line each, as `dmem top` prints them: inlined functions get
 /// a line of their own.
 pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
@@ -512,12 +273,12 @@ pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
             .map(|o| std::rc::Rc::from(Path::new(&o.path)));
         let bare = symbolize::Frame::bare(f.pc, object);
         if f.lines.is_empty() {
-            out.push(bare.describe());
+            out.push(crate::model::frames::text(&bare));
             continue;
         }
         let last = f.lines.len() - 1;
         for (i, l) in f.lines.iter().enumerate() {
-            out.push(crate::top::short_frame(&symbolize::Frame {
+            out.push(crate::model::frames::text(&symbolize::Frame {
                 function: Some(l.function.clone()).filter(|f| !f.is_empty()),
                 file: Some(l.file.clone()).filter(|f| !f.is_empty()),
                 line: (l.line != 0).then_some(l.line),

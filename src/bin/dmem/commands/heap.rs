@@ -1,0 +1,698 @@
+//! The commands about live blocks: summary, stacks, walk, whatis, verify, stats and folded, as
+//! text or JSON (the shapes the gdb commands print).
+#![forbid(unsafe_code)]
+
+use crate::cli::{self, Filters};
+use crate::commands::inspect::{Inspect, Need};
+use crate::model::frames::JsonFrame;
+use crate::model::heap::{self, StackGroup, Within};
+use crate::model::text::{dump, hex, plural};
+use crate::source::heapwalk::{Block, Problem};
+use crate::{failed, usage, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The version of the JSON documents' shape.
+pub const JSON_FORMAT: u32 = 1;
+
+/// The blocks (by index, in address order) of `sel` (default: all) that pass the filters. A
+/// regular expression is tried once per distinct stack.
+pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result<Vec<usize>> {
+    let re = match &f.pattern {
+        Some(p) => Some(regex::Regex::new(p).map_err(|e| usage(format!("bad --match regex '{p}': {e}")))?),
+        None => None,
+    };
+    let mut sel = sel.unwrap_or_else(|| ins.heap.everything());
+    let blocks = &ins.heap.blocks;
+    if let Some(min) = f.min_size {
+        sel.retain(|&i| blocks[i].size >= min);
+    }
+    if let Some(t) = f.thread {
+        sel.retain(|&i| blocks[i].tid as u64 == t);
+    }
+    if let Some(re) = re {
+        let mut seen: HashMap<u32, bool> = HashMap::new();
+        let heap = &ins.heap;
+        let namer = &mut ins.namer;
+        sel.retain(|&i| {
+            let b = &heap.blocks[i];
+            *seen
+                .entry(b.stack)
+                .or_insert_with(|| namer.matches(&heap.stacks[b.stack as usize], &re))
+        });
+    }
+    Ok(sel)
+}
+
+/// The groups of a selection.
+pub fn groups(ins: &Inspect, sel: &[usize]) -> Vec<StackGroup> {
+    heap::group(sel.iter().map(|&i| &ins.heap.blocks[i]), &ins.heap.stacks)
+}
+
+/// The stacks `--limit` lets through: 20 unless given, all for 0.
+pub fn limited<T>(rows: &[T], limit: Option<u64>) -> &[T] {
+    let n = limit.unwrap_or(20) as usize;
+    if n == 0 || n >= rows.len() {
+        rows
+    } else {
+        &rows[..n]
+    }
+}
+
+/// The `... N more stacks not shown` line, or None.
+pub fn rest_line(groups: &[StackGroup], shown: usize) -> Option<String> {
+    let rest = &groups[shown..];
+    if rest.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "... {} more {} ({} bytes in {}) not shown; --limit 0 shows all",
+        rest.len(),
+        if rest.len() == 1 { "stack" } else { "stacks" },
+        rest.iter().map(|g| g.bytes).sum::<u64>(),
+        plural(rest.iter().map(|g| g.blocks).sum(), "block")
+    ))
+}
+
+#[derive(Serialize)]
+pub struct ProblemJson {
+    list: Option<u64>,
+    addr: Option<String>,
+    problem: String,
+}
+
+pub fn problems_json(problems: &[&Problem]) -> Vec<ProblemJson> {
+    problems
+        .iter()
+        .map(|p| ProblemJson {
+            list: p.list,
+            addr: p.addr.map(hex),
+            problem: p.text.clone(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+pub struct BlockJson {
+    pub addr: String,
+    pub header: String,
+    pub size: u64,
+    pub tid: u32,
+    pub list: u16,
+    pub align: Option<u64>,
+    pub stack: Vec<JsonFrame>,
+}
+
+pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
+    let stack = ins.heap.stacks[b.stack as usize].to_vec();
+    BlockJson {
+        addr: hex(b.addr),
+        header: hex(b.addr - ins.heap.header_size),
+        size: b.size,
+        tid: b.tid,
+        list: b.list,
+        align: (b.align_log2 > 0).then(|| 1u64 << b.align_log2),
+        stack: ins.namer.json(&stack),
+    }
+}
+
+/// The lines of a stack, indented.
+pub fn stack_lines(ins: &mut Inspect, stack: u32, indent: &str) -> Vec<String> {
+    let pcs = ins.heap.stacks[stack as usize].to_vec();
+    ins.namer.lines(&pcs, indent)
+}
+
+pub fn stack_json(ins: &mut Inspect, stack: u32) -> Vec<JsonFrame> {
+    let pcs = ins.heap.stacks[stack as usize].to_vec();
+    ins.namer.json(&pcs)
+}
+
+/// Lines joined, with a newline after the last.
+pub fn lines(out: Vec<String>) -> String {
+    let mut s = out.join("\n");
+    if !s.is_empty() {
+        s.push('\n');
+    }
+    s
+}
+
+pub fn summary(args: cli::ListArgs) -> Result<String> {
+    let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let f = &args.filters;
+    let sel = select(&mut ins, f, None)?;
+    let (count, nbytes) = ins.heap.totals(&sel);
+    let groups = groups(&ins, &sel);
+    let shown = limited(&groups, f.limit);
+    if f.json {
+        #[derive(Serialize)]
+        struct Total {
+            stacks: usize,
+            blocks: u64,
+            bytes: u64,
+        }
+        #[derive(Serialize)]
+        struct Row {
+            rank: usize,
+            blocks: u64,
+            bytes: u64,
+            example: String,
+            stack: Vec<JsonFrame>,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            total: Total,
+            stacks: Vec<Row>,
+            problems: Vec<ProblemJson>,
+        }
+        let stacks = shown
+            .iter()
+            .enumerate()
+            .map(|(k, g)| Row {
+                rank: k + 1,
+                blocks: g.blocks,
+                bytes: g.bytes,
+                example: hex(g.example),
+                stack: stack_json(&mut ins, g.stack),
+            })
+            .collect();
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "summary",
+            total: Total {
+                stacks: groups.len(),
+                blocks: count,
+                bytes: nbytes,
+            },
+            stacks,
+            problems: problems_json(&ins.heap.problems()),
+        }));
+    }
+    let mut out = ins.warnings();
+    for (k, g) in shown.iter().enumerate() {
+        out.push(format!(
+            "stack {}: {} bytes in {} (e.g. {})",
+            k + 1,
+            g.bytes,
+            plural(g.blocks, "block"),
+            hex(g.example)
+        ));
+        out.extend(stack_lines(&mut ins, g.stack, "    "));
+    }
+    out.extend(rest_line(&groups, shown.len()));
+    out.push(format!(
+        "total: {nbytes} bytes in {} from {}",
+        plural(count, "block"),
+        plural(groups.len() as u64, "stack")
+    ));
+    Ok(lines(out))
+}
+
+/// The selected blocks in address order, cut to --limit (all unless given), and how many there
+/// were.
+fn listed(ins: &mut Inspect, f: &Filters) -> Result<(Vec<usize>, usize)> {
+    let mut sel = select(ins, f, None)?;
+    let total = sel.len();
+    if let Some(n) = f.limit.filter(|&n| n > 0) {
+        sel.truncate(n as usize);
+    }
+    Ok((sel, total))
+}
+
+pub fn stacks(args: cli::ListArgs) -> Result<String> {
+    let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let f = &args.filters;
+    let (sel, total) = listed(&mut ins, f)?;
+    if f.json {
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            total: usize,
+            blocks: Vec<BlockJson>,
+            problems: Vec<ProblemJson>,
+        }
+        let blocks = sel
+            .iter()
+            .map(|&i| {
+                let b = ins.heap.blocks[i];
+                block_json(&mut ins, &b)
+            })
+            .collect();
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "stacks",
+            total,
+            blocks,
+            problems: problems_json(&ins.heap.problems()),
+        }));
+    }
+    let mut out = ins.warnings();
+    let mut nbytes = 0;
+    for &i in &sel {
+        let b = ins.heap.blocks[i];
+        nbytes += b.size;
+        out.push(format!(
+            "{}: {} bytes allocated by thread {} at:",
+            hex(b.addr),
+            b.size,
+            b.tid
+        ));
+        out.extend(stack_lines(&mut ins, b.stack, "    "));
+    }
+    if total > sel.len() {
+        out.push(format!("... {} more not shown", total - sel.len()));
+    }
+    out.push(format!(
+        "{} shown, {nbytes} bytes",
+        plural(sel.len() as u64, "block")
+    ));
+    Ok(lines(out))
+}
+
+pub fn walk(args: cli::WalkArgs) -> Result<String> {
+    let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let f = &args.filters;
+    let (sel, total) = listed(&mut ins, f)?;
+    let delta = if args.headers { ins.heap.header_size } else { 0 };
+    let addrs: Vec<u64> = sel.iter().map(|&i| ins.heap.blocks[i].addr - delta).collect();
+    if f.json {
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            kind: &'static str,
+            total: usize,
+            addrs: Vec<String>,
+            problems: Vec<ProblemJson>,
+        }
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "walk",
+            kind: if args.headers { "headers" } else { "blocks" },
+            total,
+            addrs: addrs.iter().map(|&a| hex(a)).collect(),
+            problems: problems_json(&ins.heap.problems()),
+        }));
+    }
+    let mut out = ins.warnings();
+    out.extend(addrs.iter().map(|&a| hex(a)));
+    if total > sel.len() {
+        out.push(format!("... {} more not shown", total - sel.len()));
+    }
+    Ok(lines(out))
+}
+
+/// The image's words and the address after them, of `whatis` and `why`.
+pub fn addr_words(args: &cli::AddrArgs) -> Result<(Vec<std::ffi::OsString>, u64)> {
+    let (last, image) = match args.words.split_last() {
+        Some((last, image)) if !image.is_empty() => (last, image),
+        _ => {
+            return Err(usage(
+                "needs an image and an address: PROG CORE ADDR, CORE ADDR or PID ADDR",
+            ))
+        }
+    };
+    let text = last.to_string_lossy();
+    let addr = cli::parse_number(&text).map_err(|e| usage(format!("the address: {e}")))?;
+    Ok((image.to_vec(), addr))
+}
+
+pub fn whatis(args: cli::AddrArgs) -> Result<String> {
+    let (words, addr) = addr_words(&args)?;
+    let mut ins = Inspect::open_words(&words, args.registers.as_deref(), Need::Snapshot)?;
+    let found = ins.heap.find(addr);
+    let Some((i, within)) = found else {
+        let l = &ins.image.layout;
+        let in_arena = (l.arena_start..l.arena_end).contains(&addr);
+        if args.json {
+            #[derive(Serialize)]
+            struct Doc {
+                format: u32,
+                command: &'static str,
+                addr: String,
+                block: Option<()>,
+                bootstrap_arena: bool,
+            }
+            return Ok(dump(&Doc {
+                format: JSON_FORMAT,
+                command: "whatis",
+                addr: hex(addr),
+                block: None,
+                bootstrap_arena: in_arena,
+            }));
+        }
+        if in_arena {
+            return Ok(format!(
+                "{}: inside libdmem's bootstrap arena ({}-{}), whose blocks carry no header or stack\n",
+                hex(addr),
+                hex(l.arena_start),
+                hex(l.arena_end)
+            ));
+        }
+        return Ok(format!("{}: not inside any live block\n", hex(addr)));
+    };
+    let b = ins.heap.blocks[i];
+    let header = b.addr - ins.heap.header_size;
+    if args.json {
+        #[derive(Serialize)]
+        struct Found {
+            #[serde(flatten)]
+            block: BlockJson,
+            offset: i64,
+            in_header: bool,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            addr: String,
+            block: Found,
+        }
+        let block = block_json(&mut ins, &b);
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "whatis",
+            addr: hex(addr),
+            block: Found {
+                block,
+                offset: addr as i64 - b.addr as i64,
+                in_header: within == Within::Header,
+            },
+        }));
+    }
+    let head = match within {
+        Within::Header => format!(
+            "{}: inside libdmem's header of the {}-byte block {} (header {}, offset {})",
+            hex(addr),
+            b.size,
+            hex(b.addr),
+            hex(header),
+            addr - header
+        ),
+        Within::Block => format!(
+            "{}: {} bytes into the {}-byte block {} (header {})",
+            hex(addr),
+            addr - b.addr,
+            b.size,
+            hex(b.addr),
+            hex(header)
+        ),
+    };
+    let mut out = vec![head, format!("allocated by thread {} at:", b.tid)];
+    out.extend(stack_lines(&mut ins, b.stack, "    "));
+    Ok(lines(out))
+}
+
+/// Every problem of the lists: what the walk met, then counters that disagree with what was
+/// walked, headers on the wrong list or on two, headers in the bootstrap arena, blocks that run
+/// into unreadable memory.
+fn verify_problems(ins: &Inspect) -> Vec<Problem> {
+    let heap = &ins.heap;
+    let l = &ins.image.layout;
+    let mut out: Vec<Problem> = heap.problems().into_iter().cloned().collect();
+    let mut per_list: HashMap<u16, (u64, u64)> = HashMap::new();
+    for b in &heap.blocks {
+        let e = per_list.entry(b.list).or_default();
+        e.0 += 1;
+        e.1 += b.size;
+    }
+    for (i, li) in heap.lists.iter().enumerate() {
+        let c = &li.counters;
+        let at = |text: String| Problem {
+            list: Some(i as u64),
+            addr: Some(li.addr),
+            text,
+        };
+        if c.allocs.wrapping_sub(c.frees) != c.live_blocks {
+            out.push(at(format!(
+                "counters disagree: {} allocations - {} frees != {} live blocks",
+                c.allocs, c.frees, c.live_blocks
+            )));
+        }
+        if li.problem.is_some() {
+            // The walk stopped early; its totals would only repeat that.
+            continue;
+        }
+        let (nb, nbytes) = per_list.get(&(i as u16)).copied().unwrap_or_default();
+        if nb != c.live_blocks {
+            out.push(at(format!(
+                "walked {} but the live count is {}",
+                plural(nb, "block"),
+                c.live_blocks
+            )));
+        }
+        if nbytes != c.live_bytes {
+            out.push(at(format!(
+                "walked blocks hold {nbytes} bytes but the live byte count is {}",
+                c.live_bytes
+            )));
+        }
+    }
+    let hs = heap.header_size;
+    for b in &heap.blocks {
+        if b.named_list != b.list {
+            out.push(Problem {
+                list: Some(b.list as u64),
+                addr: Some(b.addr - hs),
+                text: format!(
+                    "header {} says it belongs on list {}",
+                    hex(b.addr - hs),
+                    b.named_list
+                ),
+            });
+        }
+    }
+    for w in heap.blocks.windows(2) {
+        if w[0].addr == w[1].addr {
+            out.push(Problem {
+                list: Some(w[1].list as u64),
+                addr: Some(w[1].addr - hs),
+                text: format!("header {} is on more than one list", hex(w[1].addr - hs)),
+            });
+        }
+    }
+    for b in &heap.blocks {
+        let h = b.addr - hs;
+        if (l.arena_start..l.arena_end).contains(&h) {
+            out.push(Problem {
+                list: Some(b.list as u64),
+                addr: Some(h),
+                text: format!(
+                    "header {} lies in the bootstrap arena, whose blocks have no header",
+                    hex(h)
+                ),
+            });
+        }
+        if b.size > 0 && ins.image.mem.u64_at((b.addr + b.size - 1) & !7).is_err() {
+            out.push(Problem {
+                list: Some(b.list as u64),
+                addr: Some(h),
+                text: format!(
+                    "block {} of {} bytes runs into unreadable memory",
+                    hex(b.addr),
+                    b.size
+                ),
+            });
+        }
+    }
+    out
+}
+
+pub fn verify(args: cli::PlainArgs) -> Result<String> {
+    let ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let problems = verify_problems(&ins);
+    let (nblocks, nbytes) = ins.heap.totals(&ins.heap.everything());
+    let nlists = ins.heap.lists.len() as u64;
+    if args.json {
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            ok: bool,
+            lists: u64,
+            blocks: u64,
+            bytes: u64,
+            problems: Vec<ProblemJson>,
+        }
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "verify",
+            ok: problems.is_empty(),
+            lists: nlists,
+            blocks: nblocks,
+            bytes: nbytes,
+            problems: problems_json(&problems.iter().collect::<Vec<_>>()),
+        }));
+    }
+    let mut out: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    if problems.is_empty() {
+        out.push(format!(
+            "dmem verify: {}, {}, {nbytes} bytes: no problems found",
+            plural(nlists, "list"),
+            plural(nblocks, "block")
+        ));
+    } else {
+        out.push(format!(
+            "dmem verify: {} found ({}, {}, {nbytes} bytes walked)",
+            plural(problems.len() as u64, "problem"),
+            plural(nlists, "list"),
+            plural(nblocks, "block")
+        ));
+    }
+    Ok(lines(out))
+}
+
+pub fn stats(args: cli::PlainArgs) -> Result<String> {
+    let ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let heap = &ins.heap;
+    let l = &ins.image.layout;
+    let c = heap.counters;
+    let recording = l
+        .flags(&*ins.image.mem)
+        .ok()
+        .map(|f| f & crate::source::heapwalk::FLAG_RECORDING != 0);
+    let mut threads: HashMap<u32, (u64, u64)> = HashMap::new();
+    for b in &heap.blocks {
+        let e = threads.entry(b.tid).or_default();
+        e.0 += 1;
+        e.1 += b.size;
+    }
+    let mut threads: Vec<(u32, u64, u64)> = threads.into_iter().map(|(t, (n, z))| (t, n, z)).collect();
+    threads.sort_by(|a, b| (b.2, a.0).cmp(&(a.2, b.0)));
+    let walked = heap.totals(&heap.everything());
+    let lists_used = heap.lists.iter().filter(|li| li.counters.allocs > 0).count();
+    let memory = match ins.image.pid {
+        Some(pid) => format!("process {pid}, read with process_vm_readv"),
+        None => format!("the core file of {}", ins.image.name),
+    };
+    if args.json {
+        #[derive(Serialize)]
+        struct Counters {
+            live_blocks: u64,
+            live_bytes: u64,
+            allocs: u64,
+            frees: u64,
+        }
+        #[derive(Serialize)]
+        struct Walked {
+            blocks: u64,
+            bytes: u64,
+        }
+        #[derive(Serialize)]
+        struct Thread {
+            tid: u32,
+            blocks: u64,
+            bytes: u64,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            layout: String,
+            version: u64,
+            recording: Option<bool>,
+            counters: Counters,
+            walked: Walked,
+            lists_used: usize,
+            memory: String,
+            threads: Vec<Thread>,
+            problems: Vec<ProblemJson>,
+        }
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "stats",
+            layout: hex(l.addr),
+            version: l.version,
+            recording,
+            counters: Counters {
+                live_blocks: c.live_blocks,
+                live_bytes: c.live_bytes,
+                allocs: c.allocs,
+                frees: c.frees,
+            },
+            walked: Walked {
+                blocks: walked.0,
+                bytes: walked.1,
+            },
+            lists_used,
+            memory,
+            threads: threads
+                .iter()
+                .map(|&(tid, blocks, bytes)| Thread { tid, blocks, bytes })
+                .collect(),
+            problems: problems_json(&heap.problems()),
+        }));
+    }
+    let mut out = ins.warnings();
+    out.push(format!(
+        "libdmem layout v{} at {}: {}-byte headers, {} frames, {} lists",
+        l.version,
+        hex(l.addr),
+        l.header_size,
+        l.nframes,
+        l.nlists
+    ));
+    out.push(format!(
+        "recording: {}",
+        match recording {
+            None => "unknown (flags unreadable)",
+            Some(true) => "on",
+            Some(false) => "off",
+        }
+    ));
+    out.push(format!("live blocks: {}", c.live_blocks));
+    out.push(format!("live bytes: {}", c.live_bytes));
+    out.push(format!("allocations: {}", c.allocs));
+    out.push(format!("frees: {}", c.frees));
+    out.push(format!("lists in use: {lists_used} of {}", l.nlists));
+    out.push(format!(
+        "walked: {}, {} bytes",
+        plural(walked.0, "block"),
+        walked.1
+    ));
+    out.push(format!("memory: {memory}"));
+    out.push("per thread (live blocks by allocating thread):".to_owned());
+    out.push(format!("  {:>10} {:>12} {:>16}", "tid", "blocks", "bytes"));
+    out.extend(
+        threads
+            .iter()
+            .map(|(t, n, z)| format!("  {t:>10} {n:>12} {z:>16}")),
+    );
+    Ok(lines(out))
+}
+
+/// `outer;...;inner BYTES` lines of stack groups, sorted by stack; and how many stacks and
+/// bytes they hold.
+pub fn fold(ins: &mut Inspect, groups: &[StackGroup]) -> (String, usize, u64) {
+    let mut acc: std::collections::BTreeMap<String, u64> = Default::default();
+    for g in groups {
+        let pcs = ins.heap.stacks[g.stack as usize].to_vec();
+        *acc.entry(ins.namer.folded(&pcs)).or_default() += g.bytes;
+    }
+    let text: String = acc.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+    (text, acc.len(), acc.values().sum())
+}
+
+/// Writes folded stacks where asked: to standard output, or to a file with a line saying so.
+pub fn write_folded(
+    output: Option<&std::path::Path>,
+    text: String,
+    nstacks: usize,
+    nbytes: u64,
+) -> Result<String> {
+    match output {
+        None => Ok(text),
+        Some(path) => {
+            std::fs::write(path, text)
+                .map_err(|e| failed(format!("cannot write {}: {e}", cli::show(path))))?;
+            eprintln!(
+                "dmem: wrote {} ({nbytes} bytes) to {}",
+                plural(nstacks as u64, "stack"),
+                cli::show(path)
+            );
+            Ok(String::new())
+        }
+    }
+}

@@ -1,0 +1,870 @@
+//! The commands that find leaks: leaks, why, types, words (and folded stacks of lost blocks),
+//! as text or JSON (the shapes the gdb commands print). Classes are valgrind's: definitely,
+//! indirectly and possibly lost, and still reachable.
+#![forbid(unsafe_code)]
+
+use crate::analysis::reach::Class;
+use crate::cli;
+use crate::commands::heap::{
+    self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
+    BlockJson, ProblemJson, JSON_FORMAT,
+};
+use crate::commands::inspect::{Inspect, Need};
+use crate::model::frames::JsonFrame;
+use crate::model::leaks::{Classified, Graph};
+use crate::model::names::Names;
+use crate::model::roots::{Kind, Loaded, Roots};
+use crate::model::text::{dump, hex, plural};
+use crate::{usage, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What `dmem leaks` lists unless --show says otherwise, as valgrind's --show-leak-kinds.
+const DEFAULT_SHOW: [Class; 3] = [Class::DefinitelyLost, Class::IndirectlyLost, Class::PossiblyLost];
+
+/// `definitely_lost` and the like: a class's JSON key.
+fn key(c: Class) -> String {
+    c.name().replace(' ', "_")
+}
+
+fn show_word(c: Class) -> &'static str {
+    match c {
+        Class::DefinitelyLost => "definite",
+        Class::IndirectlyLost => "indirect",
+        Class::PossiblyLost => "possible",
+        Class::StillReachable => "reachable",
+    }
+}
+
+/// An image opened and classified, the process (if dmem stopped one) running again.
+struct Scan {
+    ins: Inspect,
+    objects: Vec<Loaded>,
+    roots: Roots,
+    c: Classified,
+}
+
+impl Scan {
+    fn open(image: &cli::ImageArgs) -> Result<Scan> {
+        Scan::open_words(&image.image, image.registers.as_deref())
+    }
+
+    fn open_words(words: &[std::ffi::OsString], registers: Option<&std::path::Path>) -> Result<Scan> {
+        let mut ins = Inspect::open_words(words, registers, Need::Still)?;
+        let (objects, roots, c) = ins.classify();
+        ins.resume();
+        if let Some(line) = ins.pause_line() {
+            eprintln!("{line}");
+        }
+        Ok(Scan {
+            ins,
+            objects,
+            roots,
+            c,
+        })
+    }
+
+    /// The blocks of `classes`, in address order.
+    fn of(&self, classes: &[Class]) -> Vec<usize> {
+        (0..self.c.class.len())
+            .filter(|&i| classes.contains(&self.c.class[i]))
+            .collect()
+    }
+
+    fn warnings(&self, scanned: bool) -> Vec<String> {
+        let mut out = self.ins.warnings();
+        if scanned {
+            out.extend(self.roots.notes.iter().map(|n| format!("note: {n}")));
+            if !self.c.unread_roots.is_empty() {
+                let n = self.c.unread_roots.len() as u64;
+                let names: Vec<&str> = self
+                    .c
+                    .unread_roots
+                    .iter()
+                    .take(4)
+                    .map(|&i| self.roots.roots[i].what.as_str())
+                    .collect();
+                out.push(format!(
+                    "warning: {} could not be read and {} not scanned: {}",
+                    plural(n, "root range"),
+                    if n == 1 { "was" } else { "were" },
+                    names.join(", ")
+                ));
+            }
+        }
+        if self.c.unread_blocks > 0 {
+            out.push(format!(
+                "warning: {} not in memory; their contents were not scanned",
+                plural(self.c.unread_blocks as u64, "block")
+            ));
+        }
+        out
+    }
+}
+
+/// (blocks, bytes) of a selection by class, in `Class::ALL` order.
+fn by_class(scan: &Scan, sel: &[usize]) -> [(u64, u64); 4] {
+    let mut out = [(0u64, 0u64); 4];
+    for &i in sel {
+        let k = Class::ALL.iter().position(|&c| c == scan.c.class[i]).unwrap();
+        out[k].0 += 1;
+        out[k].1 += scan.ins.heap.blocks[i].size;
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct Count {
+    blocks: u64,
+    bytes: u64,
+}
+
+fn counts(v: [(u64, u64); 4]) -> BTreeMap<String, Count> {
+    Class::ALL
+        .iter()
+        .zip(v)
+        .map(|(&c, (blocks, bytes))| (key(c), Count { blocks, bytes }))
+        .collect()
+}
+
+pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
+    let mut scan = Scan::open(&args.image)?;
+    let f = &args.filters;
+    let shown: Vec<Class> = args.show.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
+    let every = select(&mut scan.ins, f, None)?;
+    let totals = by_class(&scan, &every);
+    let sel: Vec<usize> = every
+        .iter()
+        .copied()
+        .filter(|&i| shown.contains(&scan.c.class[i]))
+        .collect();
+    let groups = groups(&scan.ins, &sel);
+    let listed = limited(&groups, f.limit);
+    let per: Vec<[(u64, u64); 4]> = listed
+        .iter()
+        .map(|g| {
+            let mine: Vec<usize> = sel
+                .iter()
+                .copied()
+                .filter(|&i| scan.ins.heap.blocks[i].stack == g.stack)
+                .collect();
+            by_class(&scan, &mine)
+        })
+        .collect();
+    if f.json {
+        #[derive(Serialize)]
+        struct Total {
+            stacks: usize,
+            blocks: u64,
+            bytes: u64,
+        }
+        #[derive(Serialize)]
+        struct Row {
+            rank: usize,
+            blocks: u64,
+            bytes: u64,
+            example: String,
+            #[serde(flatten)]
+            classes: BTreeMap<String, Count>,
+            stack: Vec<JsonFrame>,
+        }
+        #[derive(Serialize)]
+        struct Excluded {
+            start: String,
+            end: String,
+            what: String,
+        }
+        #[derive(Serialize)]
+        struct RootsJson {
+            ranges: usize,
+            bytes: u64,
+            registers: usize,
+            unreadable: Vec<String>,
+            excluded: Vec<Excluded>,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            show: Vec<&'static str>,
+            #[serde(flatten)]
+            classes: BTreeMap<String, Count>,
+            total: Total,
+            stacks: Vec<Row>,
+            roots: RootsJson,
+            notes: Vec<String>,
+            warnings: Vec<String>,
+            problems: Vec<ProblemJson>,
+        }
+        let stacks = listed
+            .iter()
+            .enumerate()
+            .map(|(k, g)| Row {
+                rank: k + 1,
+                blocks: g.blocks,
+                bytes: g.bytes,
+                example: hex(g.example),
+                classes: counts(per[k]),
+                stack: stack_json(&mut scan.ins, g.stack),
+            })
+            .collect();
+        let ranges: Vec<_> = scan
+            .roots
+            .roots
+            .iter()
+            .filter(|r| !matches!(r.kind, Kind::Register(_)))
+            .collect();
+        let roots = RootsJson {
+            ranges: ranges.len(),
+            bytes: ranges.iter().map(|r| r.end - r.start).sum(),
+            registers: scan.roots.roots.len() - ranges.len(),
+            unreadable: scan
+                .c
+                .unread_roots
+                .iter()
+                .map(|&i| scan.roots.roots[i].what.clone())
+                .collect(),
+            excluded: scan
+                .roots
+                .excluded
+                .iter()
+                .map(|x| Excluded {
+                    start: hex(x.start),
+                    end: hex(x.end),
+                    what: x.what.clone(),
+                })
+                .collect(),
+        };
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "leaks",
+            show: shown.iter().map(|&c| show_word(c)).collect(),
+            classes: counts(totals),
+            total: Total {
+                stacks: groups.len(),
+                blocks: groups.iter().map(|g| g.blocks).sum(),
+                bytes: groups.iter().map(|g| g.bytes).sum(),
+            },
+            stacks,
+            roots,
+            notes: scan.roots.notes.clone(),
+            warnings: Vec::new(),
+            problems: problems_json(&scan.ins.heap.problems()),
+        }));
+    }
+    let mut out = scan.warnings(true);
+    for (k, g) in listed.iter().enumerate() {
+        let parts: Vec<String> = Class::ALL
+            .iter()
+            .zip(per[k])
+            .filter(|(_, (n, _))| *n > 0)
+            .map(|(c, (n, _))| format!("{n} {}", c.name()))
+            .collect();
+        out.push(format!(
+            "stack {}: {} bytes in {} ({}), e.g. {}, allocated at:",
+            k + 1,
+            g.bytes,
+            plural(g.blocks, "block"),
+            parts.join(", "),
+            hex(g.example)
+        ));
+        out.extend(stack_lines(&mut scan.ins, g.stack, "    "));
+    }
+    out.extend(rest_line(&groups, listed.len()));
+    // valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
+    let total: Vec<String> = Class::ALL
+        .iter()
+        .zip(totals)
+        .map(|(c, (n, z))| format!("{}: {z} bytes in {}", c.name(), plural(n, "block")))
+        .collect();
+    out.push(format!("total: {}", total.join("; ")));
+    Ok(lines(out))
+}
+
+/// The classes a command looks at: --show's, else the lost ones with --leaks, else None (every
+/// live block).
+fn classes_of(leaks: bool, show: &Option<cli::Classes>) -> Option<Vec<Class>> {
+    show.clone()
+        .map(|c| c.0)
+        .or_else(|| leaks.then(|| DEFAULT_SHOW.to_vec()))
+}
+
+/// How output names the blocks of `classes`: "live", "lost", or the classes themselves.
+fn describe(classes: &Option<Vec<Class>>) -> String {
+    match classes {
+        None => "live".to_owned(),
+        Some(c) if c[..] == DEFAULT_SHOW => "lost".to_owned(),
+        Some(c) => c.iter().map(|c| c.name()).collect::<Vec<_>>().join(" or "),
+    }
+}
+
+/// The blocks a command looks at, before its filters: the live ones, or those of `classes`
+/// (which needs the scan).
+enum Pool {
+    Live(Box<Inspect>),
+    Classed(Box<Scan>),
+}
+
+impl Pool {
+    fn open(image: &cli::ImageArgs, classes: &Option<Vec<Class>>) -> Result<Pool> {
+        Ok(match classes {
+            None => Pool::Live(Box::new(Inspect::open(image, Need::Snapshot)?)),
+            Some(_) => Pool::Classed(Box::new(Scan::open(image)?)),
+        })
+    }
+
+    fn ins(&mut self) -> &mut Inspect {
+        match self {
+            Pool::Live(i) => i,
+            Pool::Classed(s) => &mut s.ins,
+        }
+    }
+
+    fn blocks(&self, classes: &Option<Vec<Class>>) -> Vec<usize> {
+        match (self, classes) {
+            (Pool::Classed(s), Some(c)) => s.of(c),
+            (Pool::Live(i), _) => i.heap.everything(),
+            (Pool::Classed(s), None) => s.ins.heap.everything(),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        match self {
+            Pool::Live(i) => i.warnings(),
+            Pool::Classed(s) => s.warnings(true),
+        }
+    }
+
+    fn objects(&mut self) -> Vec<Loaded> {
+        match self {
+            Pool::Live(i) => crate::model::roots::loaded(&i.image.maps),
+            Pool::Classed(s) => std::mem::take(&mut s.objects),
+        }
+    }
+}
+
+/// The `width`-byte little-endian field at `offset` of a block, if the block holds it.
+fn field(ins: &Inspect, i: usize, offset: u64, width: u64) -> Option<u64> {
+    let b = &ins.heap.blocks[i];
+    if b.size < offset + width {
+        return None;
+    }
+    let mut buf = [0u8; 8];
+    ins.image
+        .mem
+        .read(b.addr + offset, &mut buf[..width as usize])
+        .ok()?;
+    Some(u64::from_le_bytes(buf))
+}
+
+/// {type name: blocks} of the blocks in `pool` whose first word points into a vtable.
+fn typed(ins: &Inspect, names: &Names, pool: &[usize]) -> (BTreeMap<String, Vec<usize>>, usize) {
+    let vt = names.vtables();
+    let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut type_of: std::collections::HashMap<usize, String> = Default::default();
+    for &i in pool {
+        let Some(first) = field(ins, i, 0, 8) else {
+            continue;
+        };
+        let Some(k) = vt.lookup(first) else {
+            continue;
+        };
+        let name = type_of.entry(k).or_insert_with(|| vt.type_name(k)).clone();
+        by.entry(name).or_default().push(i);
+    }
+    (by, vt.len())
+}
+
+pub fn types(args: cli::TypesArgs) -> Result<String> {
+    let classes = classes_of(args.leaks, &args.show);
+    let mut pool = Pool::open(&args.image, &classes)?;
+    let names = Names::new(&pool.objects());
+    let blocks = pool.blocks(&classes);
+    let f = &args.filters;
+    let (by, nvtables) = typed(pool.ins(), &names, &blocks);
+    let mut rows = Vec::new();
+    for (name, pos) in by {
+        let sel = select(pool.ins(), f, Some(pos))?;
+        let (count, nbytes) = pool.ins().heap.totals(&sel);
+        if count > 0 {
+            let g = groups(pool.ins(), &sel);
+            rows.push((name, count, nbytes, g));
+        }
+    }
+    rows.sort_by(|a, b| (b.1, b.2, &a.0).cmp(&(a.1, a.2, &b.0)));
+    let shown = limited(&rows, f.limit);
+    let what = describe(&classes);
+    if f.json {
+        #[derive(Serialize)]
+        struct Total {
+            types: usize,
+            blocks: u64,
+            bytes: u64,
+            of_blocks: usize,
+        }
+        #[derive(Serialize)]
+        struct StackRow {
+            blocks: u64,
+            bytes: u64,
+            example: String,
+            stack: Vec<JsonFrame>,
+        }
+        #[derive(Serialize)]
+        struct TypeRow {
+            #[serde(rename = "type")]
+            name: String,
+            blocks: u64,
+            bytes: u64,
+            stacks: Vec<StackRow>,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            blocks: String,
+            total: Total,
+            types: Vec<TypeRow>,
+            problems: Vec<ProblemJson>,
+        }
+        let types = shown
+            .iter()
+            .map(|(n, c, z, g)| TypeRow {
+                name: n.clone(),
+                blocks: *c,
+                bytes: *z,
+                stacks: g
+                    .iter()
+                    .take(3)
+                    .map(|g| StackRow {
+                        blocks: g.blocks,
+                        bytes: g.bytes,
+                        example: hex(g.example),
+                        stack: stack_json(pool.ins(), g.stack),
+                    })
+                    .collect(),
+            })
+            .collect();
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "types",
+            blocks: what,
+            total: Total {
+                types: rows.len(),
+                blocks: rows.iter().map(|r| r.1).sum(),
+                bytes: rows.iter().map(|r| r.2).sum(),
+                of_blocks: blocks.len(),
+            },
+            types,
+            problems: problems_json(&pool.ins().heap.problems()),
+        }));
+    }
+    let mut out = pool.warnings();
+    if rows.is_empty() {
+        out.push(format!(
+            "no {what} block starts with a pointer into a vtable (of {})",
+            plural(nvtables as u64, "vtable symbol")
+        ));
+        return Ok(lines(out));
+    }
+    out.push(format!("{:>12} {:>14}  type", "blocks", "bytes"));
+    out.extend(shown.iter().map(|(n, c, z, _)| format!("{c:>12} {z:>14}  {n}")));
+    if rows.len() > shown.len() {
+        out.push(format!(
+            "... {} more types not shown; --limit 0 shows all",
+            rows.len() - shown.len()
+        ));
+    }
+    for (n, c, _, g) in shown {
+        let first = &g[0];
+        out.push(format!(
+            "{n}: {}, most from ({}, {} bytes, e.g. {}):",
+            plural(*c, "block"),
+            plural(first.blocks, "block"),
+            first.bytes,
+            hex(first.example)
+        ));
+        out.extend(stack_lines(pool.ins(), first.stack, "    "));
+        if g.len() > 1 {
+            out.push(format!(
+                "    ... and {} more",
+                plural(g.len() as u64 - 1, "stack")
+            ));
+        }
+    }
+    out.push(format!(
+        "total: {} of {} {what} blocks ({} bytes) are of {}",
+        rows.iter().map(|r| r.1).sum::<u64>(),
+        blocks.len(),
+        rows.iter().map(|r| r.2).sum::<u64>(),
+        plural(rows.len() as u64, "C++ type")
+    ));
+    Ok(lines(out))
+}
+
+/// (values, their counts, number of values, distinct values): the `limit` most frequent
+/// values (all for 0), most frequent first, ties by value.
+fn histogram(mut values: Vec<u64>, limit: usize) -> (Vec<(u64, u64)>, u64, usize) {
+    let total = values.len() as u64;
+    values.sort_unstable();
+    let mut counts: Vec<(u64, u64)> = Vec::new();
+    for v in values {
+        match counts.last_mut() {
+            Some((last, n)) if *last == v => *n += 1,
+            _ => counts.push((v, 1)),
+        }
+    }
+    let distinct = counts.len();
+    counts.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
+    if limit > 0 {
+        counts.truncate(limit);
+    }
+    (counts, total, distinct)
+}
+
+pub fn words(args: cli::WordsArgs) -> Result<String> {
+    if args.field_type.is_some() && args.offset.is_none() {
+        return Err(usage("--type goes with --offset"));
+    }
+    let classes = classes_of(args.leaks, &args.show);
+    let what = describe(&classes);
+    let mut pool = Pool::open(&args.image, &classes)?;
+    let names = Names::new(&pool.objects());
+    let f = &args.filters;
+    let (pos, about) = match &args.vtable {
+        Some(v) => {
+            let blocks = pool.blocks(&classes);
+            let (by, _) = typed(pool.ins(), &names, &blocks);
+            let found = by
+                .get(v)
+                .or_else(|| names.vtables().type_of_symbol(v).and_then(|t| by.get(&t)));
+            let Some(found) = found else {
+                let seen: Vec<&str> = by.keys().take(8).map(String::as_str).collect();
+                return Err(usage(format!(
+                    "no {what} block has the vtable of '{v}'; types seen: {}",
+                    if seen.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        seen.join(", ")
+                    }
+                )));
+            };
+            (found.clone(), format!("{what} blocks of type {v}"))
+        }
+        None => (pool.blocks(&classes), format!("{what} blocks")),
+    };
+    let sel = select(pool.ins(), f, Some(pos))?;
+    let nblocks = sel.len();
+    let limit = f.limit.unwrap_or(20) as usize;
+    let type_name = args.field_type.clone().unwrap_or_else(|| "u64".to_owned());
+    let width: u64 = match type_name.as_str() {
+        "u8" => 1,
+        "u16" => 2,
+        "u32" => 4,
+        _ => 8,
+    };
+    let ins = pool.ins();
+    let (values, title) = match args.offset {
+        Some(off) => {
+            let vals: Vec<u64> = sel.iter().filter_map(|&i| field(ins, i, off, width)).collect();
+            let n = vals.len();
+            (
+                vals,
+                format!("the {type_name} at offset {off} of {about} ({n} of {nblocks} big enough)"),
+            )
+        }
+        None => {
+            let mut vals = Vec::new();
+            for &i in &sel {
+                let b = ins.heap.blocks[i];
+                crate::model::leaks::scan_words(&*ins.image.mem, b.addr, b.addr + b.size, &mut |_, w| {
+                    vals.push(w as u64)
+                });
+            }
+            (
+                vals,
+                format!(
+                    "the 8-byte words of {about} ({})",
+                    plural(nblocks as u64, "block")
+                ),
+            )
+        }
+    };
+    let (shown, total, distinct) = histogram(values, limit);
+    let named: Vec<Option<String>> = shown
+        .iter()
+        .map(|&(v, _)| if width == 8 && v != 0 { names.name(v) } else { None })
+        .collect();
+    if f.json {
+        #[derive(Serialize)]
+        struct Value {
+            value: String,
+            count: u64,
+            symbol: Option<String>,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            blocks: usize,
+            vtable: Option<String>,
+            offset: Option<u64>,
+            #[serde(rename = "type")]
+            field_type: String,
+            leaks: bool,
+            words: u64,
+            distinct: usize,
+            values: Vec<Value>,
+        }
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "words",
+            blocks: nblocks,
+            vtable: args.vtable.clone(),
+            offset: args.offset,
+            field_type: type_name,
+            leaks: classes.is_some(),
+            words: total,
+            distinct,
+            values: shown
+                .iter()
+                .zip(&named)
+                .map(|(&(v, c), n)| Value {
+                    value: hex(v),
+                    count: c,
+                    symbol: n.clone(),
+                })
+                .collect(),
+        }));
+    }
+    let mut out = pool.warnings();
+    out.push(format!(
+        "histogram of {title}: {total} values, {distinct} distinct"
+    ));
+    out.push(format!("{:>12}  value", "count"));
+    let digits = 2 * width as usize;
+    for (&(v, c), n) in shown.iter().zip(&named) {
+        let mut line = format!("{c:>12}  0x{v:0digits$x}");
+        match n {
+            Some(n) => line.push_str(&format!("  {n}")),
+            None if v < 1 << 20 => line.push_str(&format!("  ({v})")),
+            None => {}
+        }
+        out.push(line);
+    }
+    if distinct > shown.len() {
+        out.push(format!(
+            "... {} more distinct values; --limit 0 shows all",
+            distinct - shown.len()
+        ));
+    }
+    Ok(lines(out))
+}
+
+/// `dmem why` shows this many blocks at each end of a longer chain.
+const WHY_ENDS: usize = 4;
+
+pub fn why(args: cli::AddrArgs) -> Result<String> {
+    let (words, addr) = heap::addr_words(&args)?;
+    let mut scan = Scan::open_words(&words, args.registers.as_deref())?;
+    let Some((k, _)) = scan.ins.heap.find(addr) else {
+        if args.json {
+            #[derive(Serialize)]
+            struct Doc {
+                format: u32,
+                command: &'static str,
+                addr: String,
+                block: Option<()>,
+            }
+            return Ok(dump(&Doc {
+                format: JSON_FORMAT,
+                command: "why",
+                addr: hex(addr),
+                block: None,
+            }));
+        }
+        return Ok(format!("{}: not inside any live block\n", hex(addr)));
+    };
+    let class = scan.c.class[k];
+    let graph = Graph::build(&*scan.ins.image.mem, &scan.ins.heap, &scan.roots);
+    let (root, chain) = match class {
+        Class::StillReachable | Class::PossiblyLost => {
+            match graph.chain_from_root(k, &scan.c.class, class == Class::StillReachable) {
+                Some((r, rf, chain)) => (Some((r, rf)), chain),
+                None => (None, vec![k]),
+            }
+        }
+        _ => (None, graph.chain_from_leak(k, &scan.c.class)),
+    };
+    let hops: Vec<Option<(u64, u64)>> = chain
+        .windows(2)
+        .map(|w| graph.link(&scan.ins.heap, w[0], w[1]))
+        .collect();
+    let into = root
+        .map(|(_, rf)| rf.value - scan.ins.heap.blocks[chain[0]].addr)
+        .filter(|&d| d != 0);
+    let names = Names::new(&scan.objects);
+    if args.json {
+        #[derive(Serialize)]
+        struct RootJson {
+            kind: &'static str,
+            #[serde(rename = "where")]
+            place: String,
+            addr: Option<String>,
+            value: String,
+            start_pointer: bool,
+            into: Option<u64>,
+        }
+        #[derive(Serialize)]
+        struct Link {
+            #[serde(flatten)]
+            block: BlockJson,
+            via_offset: Option<u64>,
+            into: Option<u64>,
+        }
+        #[derive(Serialize)]
+        struct Doc {
+            format: u32,
+            command: &'static str,
+            addr: String,
+            class: String,
+            root: Option<RootJson>,
+            chain: Vec<Link>,
+        }
+        let root_json = root.map(|(r, rf)| RootJson {
+            kind: scan.roots.roots[r].kind_name(),
+            place: scan.roots.roots[r].what.clone(),
+            addr: rf.word.map(hex),
+            value: hex(rf.value),
+            start_pointer: rf.start,
+            into,
+        });
+        let mut links = Vec::new();
+        for (n, &p) in chain.iter().enumerate() {
+            let b = scan.ins.heap.blocks[p];
+            let hop = if n == 0 { None } else { hops[n - 1] };
+            links.push(Link {
+                block: block_json(&mut scan.ins, &b),
+                via_offset: hop.map(|h| h.0),
+                into: hop.map(|h| h.1),
+            });
+        }
+        return Ok(dump(&Doc {
+            format: JSON_FORMAT,
+            command: "why",
+            addr: hex(addr),
+            class: key(class),
+            root: root_json,
+            chain: links,
+        }));
+    }
+    let mut out = scan.warnings(true);
+    let heap = &scan.ins.heap;
+    let user = hex(heap.blocks[k].addr);
+    let block_line = |p: usize| {
+        let b = &heap.blocks[p];
+        format!("{} ({} bytes, thread {})", hex(b.addr), b.size, b.tid)
+    };
+    let n = plural(chain.len() as u64, "block");
+    match class {
+        Class::StillReachable => {
+            out.push(format!("{user} is still reachable: start pointers lead to it from a root through {n}:"))
+        }
+        Class::PossiblyLost => out.push(format!(
+            "{user} is possibly lost: only a chain through an interior pointer leads to it from a root, through {n}:"
+        )),
+        Class::DefinitelyLost => out.push(format!(
+            "{user} is definitely lost: no pointer from a root or from a block in use leads to it, and no other lost block holds it"
+        )),
+        Class::IndirectlyLost => out.push(format!(
+            "{user} is indirectly lost: only lost blocks point to it; a chain from the definitely lost block {}:",
+            hex(heap.blocks[chain[0]].addr)
+        )),
+    }
+    if let Some((r, rf)) = root {
+        let hit = into
+            .map(|d| format!(", {d} bytes into the first block"))
+            .unwrap_or_default();
+        let root = &scan.roots.roots[r];
+        match rf.word {
+            None => out.push(format!("  root: {} = {}{hit}", root.what, hex(rf.value))),
+            Some(w) => {
+                let name = names.name(w).map(|n| format!(" ({n})")).unwrap_or_default();
+                out.push(format!(
+                    "  root: the word at {}{name}, in the {}{hit}",
+                    hex(w),
+                    root.what
+                ));
+            }
+        }
+    }
+    if class == Class::DefinitelyLost {
+        let line = block_line(k);
+        out.push(format!("  {line}, allocated at:"));
+        let stack = heap.blocks[k].stack;
+        out.extend(stack_lines(&mut scan.ins, stack, "       "));
+        return Ok(lines(out));
+    }
+    // A long chain (a linked list) shows its ends; --json gives all of it.
+    let keep = if chain.len() > 2 * WHY_ENDS + 1 {
+        WHY_ENDS
+    } else {
+        chain.len()
+    };
+    let mut last: Option<u32> = None;
+    for (n, &p) in chain.iter().enumerate() {
+        if keep <= n && n < chain.len() - keep {
+            if n == keep {
+                out.push(format!(
+                    "  ... {} more blocks on the way ...",
+                    chain.len() - 2 * keep
+                ));
+            }
+            continue;
+        }
+        let mut via = String::new();
+        if n > 0 {
+            if let Some((off, inside)) = hops[n - 1] {
+                via = format!(" at offset {off} of the block above");
+                if inside > 0 {
+                    via.push_str(&format!(", {inside} bytes into this one"));
+                }
+            }
+        }
+        let line = {
+            let b = &scan.ins.heap.blocks[p];
+            format!("{} ({} bytes, thread {})", hex(b.addr), b.size, b.tid)
+        };
+        let stack = scan.ins.heap.blocks[p].stack;
+        if last == Some(stack) {
+            out.push(format!("  -> {line}{via}, allocated at the same stack"));
+            continue;
+        }
+        out.push(format!("  -> {line}{via}, allocated at:"));
+        out.extend(stack_lines(&mut scan.ins, stack, "       "));
+        last = Some(stack);
+    }
+    Ok(lines(out))
+}
+
+pub fn folded(args: cli::FoldedArgs) -> Result<String> {
+    let classes = classes_of(args.leaks, &args.show);
+    let mut pool = Pool::open(&args.image, &classes)?;
+    let blocks = pool.blocks(&classes);
+    let sel = select(pool.ins(), &args.filters, Some(blocks))?;
+    let g = groups(pool.ins(), &sel);
+    let (text, nstacks, nbytes) = heap::fold(pool.ins(), &g);
+    heap::write_folded(args.output.as_deref(), text, nstacks, nbytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_histogram_keeps_the_most_frequent_and_breaks_ties_by_value() {
+        let (top, total, distinct) = histogram(vec![5, 3, 5, 7, 3, 9, 5], 2);
+        assert_eq!((top, total, distinct), (vec![(5, 3), (3, 2)], 7, 4));
+        let (all, _, _) = histogram(vec![2, 1], 0);
+        assert_eq!(all, vec![(1, 1), (2, 1)]);
+    }
+}

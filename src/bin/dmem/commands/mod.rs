@@ -1,0 +1,15 @@
+//! The subcommands, one file each, and what only they need (finding the library, the core a run left).
+
+pub mod corefile;
+pub mod demo;
+pub mod diff;
+pub mod flamegraph;
+pub mod heap;
+pub mod inspect;
+pub mod install;
+pub mod leaks;
+pub mod locate;
+pub mod report;
+pub mod run;
+pub mod snapshot;
+pub mod top;

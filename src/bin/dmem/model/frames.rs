@@ -1,0 +1,140 @@
+//! The one way frames are written, as text and as JSON, for every command: `function+0x1a
+//! (file.c:12) in libfoo.so`, the file without its directory, inlined functions on lines of
+//! their own marked `[inlined]`, an address nothing names as itself.
+#![forbid(unsafe_code)]
+
+use crate::model::symbolize::{Frame, Symbolizer};
+use serde::Serialize;
+use std::path::Path;
+
+/// A frame as one line of text.
+pub fn text(f: &Frame) -> String {
+    let mut s = match &f.function {
+        Some(name) => match f.offset {
+            Some(o) if !f.inlined => format!("{name}+{o:#x}"),
+            _ => name.clone(),
+        },
+        None => format!("{:#x}", f.pc),
+    };
+    if let Some(file) = &f.file {
+        let file = Path::new(file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| file.clone());
+        match f.line {
+            Some(l) => s.push_str(&format!(" ({file}:{l})")),
+            None => s.push_str(&format!(" ({file})")),
+        }
+    }
+    if f.inlined {
+        s.push_str(" [inlined]");
+    }
+    if let Some(name) = f.object.as_deref().and_then(Path::file_name) {
+        s.push_str(&format!(" in {}", name.to_string_lossy()));
+    }
+    s
+}
+
+/// A frame as JSON: every part, `null` where unknown, and the text line.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct JsonFrame {
+    pub pc: String,
+    pub function: Option<String>,
+    pub offset: Option<u64>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub object: Option<String>,
+    pub inlined: bool,
+    pub text: String,
+}
+
+pub fn json(f: &Frame) -> JsonFrame {
+    JsonFrame {
+        pc: format!("{:#x}", f.pc),
+        function: f.function.clone(),
+        offset: f.offset,
+        file: f.file.clone(),
+        line: f.line,
+        object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
+        inlined: f.inlined,
+        text: text(f),
+    }
+}
+
+/// Names the return addresses of one image, each once.
+pub struct Namer {
+    pub sym: Symbolizer,
+}
+
+impl Namer {
+    pub fn new(sym: Symbolizer) -> Namer {
+        Namer { sym }
+    }
+
+    /// The frames of a stack, inlined ones too, innermost first.
+    pub fn frames(&mut self, pcs: &[u64]) -> Vec<Frame> {
+        pcs.iter().flat_map(|&pc| self.sym.frames(pc).to_vec()).collect()
+    }
+
+    /// The stack's lines, each indented by `indent`; one line saying so for no stack at all.
+    pub fn lines(&mut self, pcs: &[u64], indent: &str) -> Vec<String> {
+        if pcs.is_empty() {
+            return vec![format!("{indent}(no stack recorded)")];
+        }
+        self.frames(pcs)
+            .iter()
+            .map(|f| format!("{indent}{}", text(f)))
+            .collect()
+    }
+
+    pub fn json(&mut self, pcs: &[u64]) -> Vec<JsonFrame> {
+        self.frames(pcs).iter().map(json).collect()
+    }
+
+    /// Whether a line of the stack matches `re` (the `--match` filter).
+    pub fn matches(&mut self, pcs: &[u64], re: &regex::Regex) -> bool {
+        self.frames(pcs).iter().any(|f| re.is_match(&text(f)))
+    }
+
+    /// The stack for folded output, outermost first: `main;make_list;malloc_wrapper`, each frame
+    /// its function (or its address), with `;` taken out of names.
+    pub fn folded(&mut self, pcs: &[u64]) -> String {
+        if pcs.is_empty() {
+            return "[no stack]".to_owned();
+        }
+        let frames = self.frames(pcs);
+        frames
+            .iter()
+            .rev()
+            .map(|f| {
+                f.function
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", f.pc))
+                    .replace(';', ":")
+                    .replace('\n', " ")
+            })
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn a_frame_reads_as_one_line_with_what_is_known() {
+        let mut f = Frame::bare(0x1234, Some(Rc::from(Path::new("/usr/lib/libfoo.so"))));
+        assert_eq!(text(&f), "0x1234 in libfoo.so");
+        f.function = Some("make".into());
+        f.offset = Some(0x1a);
+        f.file = Some("/src/dir/foo.c".into());
+        f.line = Some(12);
+        assert_eq!(text(&f), "make+0x1a (foo.c:12) in libfoo.so");
+        f.inlined = true;
+        assert_eq!(text(&f), "make (foo.c:12) [inlined] in libfoo.so");
+        let j = json(&f);
+        assert_eq!((j.pc.as_str(), j.line, j.inlined), ("0x1234", Some(12), true));
+    }
+}

@@ -1,0 +1,248 @@
+//! The leak classes of every live block of an image, with the exit report's definition (the one
+//! in `analysis::reach`), and the chains of references `dmem why` shows.
+#![forbid(unsafe_code)]
+
+use crate::analysis::reach::{Blocks, Class, Marker};
+use crate::model::heap::Heap;
+use crate::model::roots::{Kind, Roots};
+use crate::source::memory::Memory;
+use std::collections::VecDeque;
+
+/// The blocks of a heap as the shared analysis sees them (the same order: by address).
+pub fn blocks_of(heap: &Heap) -> Blocks {
+    let mut blocks = Blocks::with_capacity(heap.blocks.len());
+    for b in &heap.blocks {
+        blocks.push(b.addr as usize, (b.addr + b.size) as usize);
+    }
+    blocks.index();
+    blocks
+}
+
+/// Calls `emit` with every aligned word of `[start, end)` that can be read; false if some of it
+/// could not be.
+pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u64, usize)) -> bool {
+    let start = (start + 7) & !7;
+    let end = end & !7;
+    if end <= start {
+        return true;
+    }
+    mem.pieces(start, end, &mut |at, bytes| {
+        // Pieces come whole from an aligned start, in multiples of 8 but for the last.
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            emit(
+                at + 8 * i as u64,
+                u64::from_le_bytes(w.try_into().unwrap()) as usize,
+            );
+        }
+    })
+}
+
+/// Every block's class, and what could not be read on the way.
+pub struct Classified {
+    pub class: Vec<Class>,
+    /// Roots (by index) that could not be read whole.
+    pub unread_roots: Vec<usize>,
+    /// Blocks whose contents could not be read whole.
+    pub unread_blocks: usize,
+}
+
+pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Classified {
+    let blocks = blocks_of(heap);
+    let mut ranges = Vec::new();
+    let mut values = Vec::new();
+    for r in &roots.roots {
+        match r.kind {
+            Kind::Register(v) => values.push(v as usize),
+            _ => ranges.push((r.start as usize, r.end as usize)),
+        }
+    }
+    let mut unread = Vec::new();
+    let mut marker = Marker::new(blocks.len());
+    marker.classify(&blocks, &ranges, &values, |s, e, emit| {
+        if !scan_words(mem, s as u64, e as u64, &mut |_, w| emit(w)) {
+            unread.push((s, e));
+        }
+    });
+    let class: Vec<Class> = (0..blocks.len()).map(|i| marker.class(i)).collect();
+    let is_root = |(s, e): (usize, usize)| ranges.contains(&(s, e));
+    let unread_roots = roots
+        .roots
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !matches!(r.kind, Kind::Register(_)))
+        .filter(|(_, r)| unread.contains(&(r.start as usize, r.end as usize)))
+        .map(|(i, _)| i)
+        .collect();
+    let unread_blocks = unread.iter().filter(|&&r| !is_root(r)).count();
+    Classified {
+        class,
+        unread_roots,
+        unread_blocks,
+    }
+}
+
+/// A reference found in memory: the word's address (None for a register), the block it points
+/// into, and whether it points at the block's first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ref {
+    pub word: Option<u64>,
+    pub value: u64,
+    pub target: usize,
+    pub start: bool,
+}
+
+/// The pointers between blocks, for chains: block i's references, in the order of its words.
+pub struct Graph {
+    pub out: Vec<Vec<Ref>>,
+    /// Each root's references, in root order.
+    pub roots: Vec<Vec<Ref>>,
+}
+
+impl Graph {
+    pub fn build(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Graph {
+        let blocks = blocks_of(heap);
+        let refs_in = |s: u64, e: u64| {
+            let mut v = Vec::new();
+            scan_words(mem, s, e, &mut |at, w| {
+                if let Some(t) = blocks.find(w) {
+                    v.push(Ref {
+                        word: Some(at),
+                        value: w as u64,
+                        target: t,
+                        start: blocks.start(t) == w,
+                    });
+                }
+            });
+            v
+        };
+        let out = heap
+            .blocks
+            .iter()
+            .map(|b| refs_in(b.addr, b.addr + b.size))
+            .collect();
+        let roots = roots
+            .roots
+            .iter()
+            .map(|r| match r.kind {
+                Kind::Register(v) => blocks
+                    .find(v as usize)
+                    .map(|t| Ref {
+                        word: None,
+                        value: v,
+                        target: t,
+                        start: blocks.start(t) == v as usize,
+                    })
+                    .into_iter()
+                    .collect(),
+                _ => refs_in(r.start, r.end),
+            })
+            .collect();
+        Graph { out, roots }
+    }
+
+    /// A shortest chain from a root to block `k`, which is still reachable (`starts_only`:
+    /// start pointers through still reachable blocks) or possibly lost (any pointer through
+    /// blocks that are not lost): the root's index and reference, then the blocks from the first
+    /// to `k`.
+    pub fn chain_from_root(
+        &self,
+        k: usize,
+        class: &[Class],
+        starts_only: bool,
+    ) -> Option<(usize, Ref, Vec<usize>)> {
+        let n = class.len();
+        let usable = |i: usize| match class[i] {
+            Class::StillReachable => true,
+            Class::PossiblyLost => !starts_only,
+            _ => false,
+        };
+        // parent: the block (or, for a first hop, the root as usize::MAX - root) it came from.
+        let mut parent: Vec<Option<(usize, Ref)>> = vec![None; n];
+        let mut queue = VecDeque::new();
+        for (r, refs) in self.roots.iter().enumerate() {
+            for &rf in refs {
+                if (rf.start || !starts_only) && usable(rf.target) && parent[rf.target].is_none() {
+                    parent[rf.target] = Some((usize::MAX - r, rf));
+                    queue.push_back(rf.target);
+                }
+            }
+        }
+        while let Some(u) = queue.pop_front() {
+            if u == k {
+                break;
+            }
+            for &rf in &self.out[u] {
+                if (rf.start || !starts_only) && usable(rf.target) && parent[rf.target].is_none() {
+                    parent[rf.target] = Some((u, rf));
+                    queue.push_back(rf.target);
+                }
+            }
+        }
+        let mut chain = vec![k];
+        let mut at = k;
+        loop {
+            let (p, rf) = parent[at]?;
+            if p > n {
+                chain.reverse();
+                return Some((usize::MAX - p, rf, chain));
+            }
+            if chain.contains(&p) {
+                return None;
+            }
+            chain.push(p);
+            at = p;
+        }
+    }
+
+    /// A shortest chain of lost blocks from a definitely lost one down to lost block `k`,
+    /// searched backwards from `k`.
+    pub fn chain_from_leak(&self, k: usize, class: &[Class]) -> Vec<usize> {
+        let lost = |i: usize| matches!(class[i], Class::DefinitelyLost | Class::IndirectlyLost);
+        if class[k] == Class::DefinitelyLost {
+            return vec![k];
+        }
+        let n = class.len();
+        let mut into: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (u, refs) in self.out.iter().enumerate() {
+            if !lost(u) {
+                continue;
+            }
+            for rf in refs {
+                if lost(rf.target) && into[rf.target].last() != Some(&u) {
+                    into[rf.target].push(u);
+                }
+            }
+        }
+        let mut came: Vec<Option<usize>> = vec![None; n];
+        let mut seen = vec![false; n];
+        seen[k] = true;
+        let mut queue = VecDeque::from([k]);
+        while let Some(v) = queue.pop_front() {
+            for &u in &into[v] {
+                if seen[u] {
+                    continue;
+                }
+                seen[u] = true;
+                came[u] = Some(v);
+                if class[u] == Class::DefinitelyLost {
+                    let mut out = vec![u];
+                    while let Some(next) = came[*out.last().unwrap()] {
+                        out.push(next);
+                    }
+                    return out;
+                }
+                queue.push_back(u);
+            }
+        }
+        vec![k]
+    }
+
+    /// (offset in block a, offset into block b) of the word of `a` that points into `b`: its
+    /// first start pointer, else its first pointer.
+    pub fn link(&self, heap: &Heap, a: usize, b: usize) -> Option<(u64, u64)> {
+        let base = heap.blocks[a].addr;
+        let refs = self.out[a].iter().filter(|r| r.target == b);
+        let best = refs.clone().find(|r| r.start).or_else(|| refs.clone().next())?;
+        Some((best.word? - base, best.value - heap.blocks[b].addr))
+    }
+}

@@ -1,0 +1,13 @@
+//! The model and its formats: stacks grouped, symbolised, snapshots as JSON and pprof, growth classes.
+
+pub mod frames;
+pub mod growth;
+pub mod heap;
+pub mod leaks;
+pub mod names;
+pub mod pprof;
+pub mod roots;
+pub mod snapjson;
+pub mod snapshot;
+pub mod symbolize;
+pub mod text;

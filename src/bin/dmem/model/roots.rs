@@ -1,0 +1,281 @@
+//! The roots of a leak scan over a core or a stopped process, and the loaded objects they come
+//! from: the same rule as the exit report's, from the outside.
+//!
+//! Roots are, in this order: the writable segments (`.data`, `.bss`, `.got`) of every loaded
+//! object; then for each thread its stack from its stack pointer (less the 128-byte red zone)
+//! to the end of the memory that holds it, its static TLS and thread descriptor around its
+//! thread pointer, and its general registers. Left out:
+//!
+//! * libdmem's own data: its list heads point at headers, never into blocks;
+//! * the allocator's own state, which is not the program's memory: glibc's `main_arena`, found
+//!   by its signature (see `analysis::arena`), or all writable data of a loaded jemalloc,
+//!   tcmalloc or mimalloc.
+#![forbid(unsafe_code)]
+
+use crate::analysis::arena::{self, Words};
+use crate::source::elf::ElfObject;
+use crate::source::image::Image;
+use crate::source::mappings::Mappings;
+use crate::source::memory::Memory;
+use crate::source::threads::POINTER_REGS;
+use std::path::{Path, PathBuf};
+
+/// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
+pub const RED_ZONE: u64 = 128;
+/// Beyond the objects' own TLS images, glibc reserves a little static TLS for libraries loaded
+/// later, and puts its thread descriptor (`struct pthread`) above the thread pointer; these
+/// bound the window scanned around each thread's `fs_base`.
+const TLS_SURPLUS: u64 = 4096;
+const TCB_SIZE: u64 = 4096;
+/// The allocators libdmem may forward to, by the start of their library's file name. A loaded
+/// one is the backend; else glibc is.
+const ALLOCATOR_LIBS: [&str; 3] = ["libjemalloc", "libtcmalloc", "libmimalloc"];
+
+/// A mapped ELF object and where it was loaded.
+pub struct Loaded {
+    pub path: PathBuf,
+    pub name: String,
+    pub elf: ElfObject,
+    pub bias: u64,
+}
+
+impl Loaded {
+    /// Its writable segments in the process, as the loader laid them out.
+    pub fn writable(&self) -> Vec<(u64, u64)> {
+        self.elf
+            .loads
+            .iter()
+            .filter(|s| s.writable && s.memsz > 0)
+            .map(|s| {
+                (
+                    self.bias.wrapping_add(s.vaddr),
+                    self.bias.wrapping_add(s.vaddr + s.memsz),
+                )
+            })
+            .collect()
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        self.elf.loads.iter().any(|s| {
+            (self.bias.wrapping_add(s.vaddr)..self.bias.wrapping_add(s.vaddr + s.memsz)).contains(&addr)
+        })
+    }
+}
+
+/// The ELF objects among the mapped files, with their load bias, in the order of their first
+/// mapping; files that are not ELF programs or libraries (locale archives, fonts) are left out.
+pub fn loaded(maps: &Mappings) -> Vec<Loaded> {
+    maps.files()
+        .into_iter()
+        .filter_map(|path| {
+            let elf = ElfObject::open(path).ok()?;
+            let bias = elf.bias(maps)?;
+            Some(Loaded {
+                path: path.to_path_buf(),
+                name: file_name(path),
+                elf,
+                bias,
+            })
+        })
+        .collect()
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// What one root is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Data,
+    Stack,
+    Tls,
+    /// A register's value, not memory.
+    Register(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct Root {
+    pub kind: Kind,
+    /// `writable data of leak_list`, `stack of thread 4242`, `register rax of thread 4242`.
+    pub what: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Root {
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Data => "data",
+            Kind::Stack => "stack",
+            Kind::Tls => "tls",
+            Kind::Register(_) => "register",
+        }
+    }
+}
+
+/// A range left out of the roots, and why.
+#[derive(Clone, Debug)]
+pub struct Excluded {
+    pub start: u64,
+    pub end: u64,
+    pub what: String,
+}
+
+pub struct Roots {
+    pub roots: Vec<Root>,
+    pub excluded: Vec<Excluded>,
+    /// What the user should know about them (main_arena not found...).
+    pub notes: Vec<String>,
+}
+
+/// An image's memory as the shared analysis reads words.
+pub struct ImageWords<'a>(pub &'a dyn Memory);
+
+impl Words for ImageWords<'_> {
+    fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+        let mut n = 0;
+        let end = addr as u64 + 8 * buf.len() as u64;
+        self.0.pieces(addr as u64, end, &mut |at, bytes| {
+            // Only what comes without a gap counts.
+            if at != addr as u64 + 8 * n as u64 {
+                return;
+            }
+            for w in bytes.chunks_exact(8) {
+                if n < buf.len() {
+                    buf[n] = u64::from_le_bytes(w.try_into().unwrap()) as usize;
+                    n += 1;
+                }
+            }
+        });
+        n
+    }
+}
+
+/// The allocator's own state to leave out of the roots, and a note when glibc's main_arena was
+/// not found.
+fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    let backend: Vec<&Loaded> = objects
+        .iter()
+        .filter(|o| ALLOCATOR_LIBS.iter().any(|p| o.name.starts_with(p)))
+        .collect();
+    for o in &backend {
+        for (s, e) in o.writable() {
+            out.push(Excluded {
+                start: s,
+                end: e,
+                what: format!("writable data of {} (the allocator's own state)", o.name),
+            });
+        }
+    }
+    for o in objects.iter().filter(|o| o.name.starts_with("libc.so")) {
+        let segs: Vec<(usize, usize)> = o
+            .writable()
+            .iter()
+            .map(|&(s, e)| (s as usize, e as usize))
+            .collect();
+        match arena::main_arena(&ImageWords(mem), &segs) {
+            Some((s, e)) => out.push(Excluded {
+                start: s as u64,
+                end: e as u64,
+                what: format!("main_arena of {} (the allocator's own state)", o.name),
+            }),
+            None if backend.is_empty() => notes.push(format!(
+                "glibc's main_arena was not found in the data of {}, so it was scanned as a root: a \
+                 block only the allocator's bookkeeping points to counts as in use",
+                o.name
+            )),
+            None => {}
+        }
+    }
+    (out, notes)
+}
+
+/// The parts of `[start, end)` outside every hole.
+fn without(start: u64, end: u64, holes: &[Excluded]) -> Vec<(u64, u64)> {
+    let mut parts = vec![(start, end)];
+    for h in holes {
+        let mut next = Vec::new();
+        for (s, e) in parts {
+            let mut cut = Vec::new();
+            arena::subtract(
+                (s as usize, e as usize),
+                (h.start as usize, h.end as usize),
+                &mut cut,
+            );
+            next.extend(cut.into_iter().map(|(a, b)| (a as u64, b as u64)));
+        }
+        parts = next;
+    }
+    parts
+}
+
+/// The roots of `image`, whose threads must be known (a core's notes, or a stopped process).
+pub fn gather(image: &Image, objects: &[Loaded]) -> Roots {
+    let mem = &*image.mem;
+    let (mut excluded, notes) = allocator_state(objects, mem);
+    let mut roots = Vec::new();
+    let mut tls = 0u64;
+    for o in objects {
+        if o.elf.tls_memsz > 0 {
+            tls += o.elf.tls_memsz + 64;
+        }
+        if o.contains(image.layout.addr) {
+            excluded.extend(o.writable().into_iter().map(|(s, e)| Excluded {
+                start: s,
+                end: e,
+                what: format!("writable data of {} (its own lists)", o.name),
+            }));
+            continue;
+        }
+        for (s, e) in o.writable() {
+            for (a, b) in without(s, e, &excluded) {
+                roots.push(Root {
+                    kind: Kind::Data,
+                    what: format!("writable data of {}", o.name),
+                    start: a,
+                    end: b,
+                });
+            }
+        }
+    }
+    for t in &image.threads {
+        if let Some((lo, hi)) = Some(t.sp()).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
+            roots.push(Root {
+                kind: Kind::Stack,
+                what: format!("stack of thread {}", t.tid),
+                start: lo.max(t.sp().saturating_sub(RED_ZONE)),
+                end: hi,
+            });
+        }
+        let fs = t.fs_base();
+        if let Some((lo, hi)) = Some(fs).filter(|&f| f != 0).and_then(|f| mem.extent(f)) {
+            roots.push(Root {
+                kind: Kind::Tls,
+                what: format!("TLS of thread {}", t.tid),
+                start: lo.max(fs.saturating_sub(tls + TLS_SURPLUS)),
+                end: hi.min(fs + TCB_SIZE),
+            });
+        }
+        for name in POINTER_REGS {
+            let v = t.reg(name).unwrap_or(0);
+            if v != 0 {
+                roots.push(Root {
+                    kind: Kind::Register(v),
+                    what: format!("register {name} of thread {}", t.tid),
+                    start: 0,
+                    end: 0,
+                });
+            }
+        }
+    }
+    Roots {
+        roots,
+        excluded,
+        notes,
+    }
+}
