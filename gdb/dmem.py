@@ -4,13 +4,15 @@
     (gdb) dmem summary
 
 This file is the gdb adapter only: it registers every command (one gdb.Command class each),
-splits its arguments with gdb.string_to_argv, and turns the package's one-line errors into
-gdb.GdbError.  The work is done by the `dmemlib` package beside it; `dmemlib/session.py` is
-where gdb is asked for memory, names and threads.  No debug info of libdmem is needed: the
-exported `dmem_layout` descriptor and raw memory are enough.
+splits its arguments with gdb.string_to_argv, says what gdb has open (the core file and the
+program, or the process it holds stopped and its threads' registers), evaluates the address
+expressions of `whatis` and `why`, and prints what the dmem binary answers.  The plain module
+beside it, `dmemlib/engine.py`, builds the command line and turns the binary's errors into one
+line, which becomes a gdb.GdbError here.
 """
 
 import os
+import re
 import sys
 
 import gdb
@@ -25,9 +27,10 @@ if sys.path[:1] != [_here]:
 for _name in [m for m in sys.modules if m == "dmemlib" or m.startswith("dmemlib.")]:
     del sys.modules[_name]
 
-from dmemlib import output, session  # noqa: E402
+from dmemlib import engine  # noqa: E402
 from dmemlib.errors import DmemError, UsageError  # noqa: E402
-from dmemlib.output import FILTERS, LISTING  # noqa: E402
+
+_CORE_TARGET = re.compile(r"core dump file:\s*`(.*)', file type")
 
 
 def _write(text):
@@ -44,11 +47,69 @@ def _address(expr):
         raise UsageError("cannot evaluate %r: %s" % (expr, e)) from None
 
 
+def _core_file():
+    """The core file gdb has open, if any (from `info target`)."""
+    try:
+        text = gdb.execute("info target", to_string=True)
+    except gdb.error:
+        return None
+    m = _CORE_TARGET.search(text)
+    return m.group(1) if m else None
+
+
+def _threads():
+    """(tid, {register: value}) of every thread of the selected inferior, as gdb sees them."""
+    selected = gdb.selected_thread()
+    out = []
+    try:
+        for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
+            t.switch()
+            frame = gdb.newest_frame()
+            regs = {}
+            for name in engine.REGISTERS:
+                try:
+                    regs[name] = int(frame.read_register(name)) & (2 ** 64 - 1)
+                except (gdb.error, ValueError):
+                    regs[name] = None
+            out.append((t.ptid[1] or t.ptid[0], regs))
+    finally:
+        if selected is not None and selected.is_valid():
+            selected.switch()
+    return out
+
+
+def _answer(command, words, address=None):
+    """Runs the engine on what gdb has open and returns what it printed."""
+    binary = engine.find_binary(_here)
+    inferior = gdb.selected_inferior()
+    core = _core_file()
+    program = gdb.current_progspace().filename
+    if core:
+        image = engine.image_args(core=core, program=program)
+        out, err = engine.run(engine.command_line(binary, command, words, image, address))
+    elif inferior.pid:
+        threads = _threads()
+
+        def run_with(path):
+            image = engine.image_args(pid=inferior.pid, registers_file=path)
+            return engine.run(engine.command_line(binary, command, words, image, address))
+
+        out, err = engine.with_registers_file(threads, run_with)
+    else:
+        image = engine.image_args()
+        out, err = "", ""
+    # What the engine says on the side (a file written, a note) comes first.
+    return err + out
+
+
 class DmemCommand(gdb.Command):
     """Heap analysis of a process or core running with libdmem.so preloaded.
 
 libdmem keeps every live block on lists in the process's memory, with the
-allocating thread and stack; these commands walk those lists.
+allocating thread and stack; these commands read those lists in the core gdb
+has open, or in the process it holds stopped.  The answers come from the dmem
+binary (beside this script when installed, the source tree's build, $DMEM_BIN
+or the PATH), the same engine as 'dmem summary PROG CORE' and the like.
 
 The listing commands (stacks, summary, walk, folded) take filters:
   --min-size N    only blocks of at least N bytes
@@ -72,291 +133,88 @@ walk_alloc_entries (= dmem walk --headers)."""
 
 
 class _Sub(gdb.Command):
-    """One `dmem` subcommand: `allowed` options, up to `positional` other words."""
+    """One `dmem` subcommand, answered by the engine's subcommand of the same name."""
 
     name = None
-    allowed = LISTING
-    positional = 0
+    command = None
     usage = ""
+    extra = ()
 
     def __init__(self, name=None):
         super().__init__(name or "dmem " + self.name, gdb.COMMAND_DATA, gdb.COMPLETE_NONE)
 
-    def parse(self, arg):
+    def words(self, arg):
         try:
-            argv = gdb.string_to_argv(arg or "")
+            return list(self.extra) + gdb.string_to_argv(arg or "")
         except (gdb.error, ValueError) as e:
             raise UsageError("%s (usage: %s)" % (e, self.usage)) from None
-        return output.parse_args(argv, self.allowed, self.positional, self.usage)
 
     def invoke(self, arg, from_tty):
         # Pressing return again would repeat a scan that may take seconds, for the same answer.
         self.dont_repeat()
         try:
-            self.run(arg)
+            _write(self.answer(arg))
         except DmemError as e:
             raise gdb.GdbError("dmem: %s" % e) from None
-        except gdb.MemoryError as e:
-            raise gdb.GdbError("dmem: cannot read memory: %s" % e) from None
 
-    def run(self, arg):
-        raise NotImplementedError
-
-
-class StacksCommand(_Sub):
-    """Every live block with its size, allocating thread and stack.
-
-Usage: dmem stacks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
-Blocks are listed by address.  Frames read `function+0xoff (file:line) in lib`
-as far as gdb knows them, else the raw address."""
-
-    name = "stacks"
-    usage = "dmem stacks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]"
-
-    def run(self, arg):
-        _write(session.analysis().stacks(self.parse(arg)))
-
-
-class SummaryCommand(_Sub):
-    """Live blocks grouped by allocation stack, most bytes first.
-
-Usage: dmem summary [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
-Shows the top 20 stacks (--limit N, 0 for all), each with its block count and
-bytes, and a total line over every block that passed the filters."""
-
-    name = "summary"
-    usage = "dmem summary [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]"
-
-    def run(self, arg):
-        _write(session.analysis().summary(self.parse(arg)))
-
-
-class WalkCommand(_Sub):
-    """Addresses of the live blocks, one per line (user addresses, as malloc returned them).
-
-Usage: dmem walk [--headers] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
---headers prints the address of each block's libdmem header instead."""
-
-    name = "walk"
-    allowed = LISTING + ("--headers",)
-    usage = "dmem walk [--headers] [--json] [filters]"
-
-    def run(self, arg):
-        _write(session.analysis().walk(self.parse(arg)))
+    def answer(self, arg):
+        return _answer(self.command or self.name, self.words(arg))
 
 
 class _AddressSub(_Sub):
-    """A subcommand taking options, then ADDR: any gdb expression, to the end of the line."""
+    """A subcommand whose last argument is a gdb expression for an address."""
 
-    allowed = ("--json",)
-
-    def parse(self, arg):
-        o = output.address_args(arg, self.allowed, self.usage)
-        o.addr = _address(o.args[0])
-        return o
+    def answer(self, arg):
+        opts, expr = engine.split_address((arg or "").split(" "), self.usage)
+        return _answer(self.name, opts, address="0x%x" % _address(expr))
 
 
-class WhatisCommand(_AddressSub):
-    """The live block that holds an address, with its allocating thread and stack.
-
-Usage: dmem whatis [--json] ADDR
-
-ADDR is any gdb expression.  Interior pointers count: the answer gives the
-block's start, size and ADDR's offset in it.  An address in a block's libdmem
-header or in libdmem's bootstrap arena is reported as such."""
-
-    name = "whatis"
-    usage = "dmem whatis [--json] ADDR"
-
-    def run(self, arg):
-        o = self.parse(arg)
-        _write(session.analysis().whatis(o.addr, o))
+class _FoldedSub(_Sub):
+    def answer(self, arg):
+        return _answer(self.name, engine.folded_words(self.words(arg), self.usage))
 
 
-class VerifyCommand(_Sub):
-    """Checks the lists: links, magic values, sizes and the counters.
-
-Usage: dmem verify [--json]
-
-Walks every list checking that each header's prev matches, that its magic says
-live, that it is on the list its header names, that its block is readable, and
-that the lists' block and byte counters agree with what was walked.  Each
-problem is reported with its address; a broken list (a cycle, a pointer into
-unmapped memory) ends that list's walk, never the command."""
-
-    name = "verify"
-    allowed = ("--json",)
-    usage = "dmem verify [--json]"
-
-    def run(self, arg):
-        _write(session.analysis().verify(self.parse(arg)))
+def _command(name, doc, usage, base=_Sub):
+    cls = type(name.capitalize() + "Command", (base,), {"__doc__": doc, "name": name,
+                                                        "usage": usage})
+    return cls
 
 
-class StatsCommand(_Sub):
-    """libdmem's counters and the live blocks per allocating thread.
-
-Usage: dmem stats [--json]
-
-Live blocks and bytes, allocations and frees as the lists count them, whether
-recording was on, and a table of live blocks and bytes by thread id."""
-
-    name = "stats"
-    allowed = ("--json",)
-    usage = "dmem stats [--json]"
-
-    def run(self, arg):
-        _write(session.analysis().stats(self.parse(arg)))
-
-
-class FoldedCommand(_Sub):
-    """Writes the live (or lost) bytes as folded stacks for flame graphs.
-
-Usage: dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] [--match REGEX]
-
-Each line of FILE is `outer;...;inner BYTES` (function names, raw addresses
-where unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.
---leaks writes the lost blocks only (definitely, indirectly or possibly lost;
-see 'dmem leaks'), or those of the classes --show LIST names."""
-
-    name = "folded"
-    allowed = FILTERS + ("--leaks", "--show")
-    positional = 1
-    usage = "dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] " \
-            "[--match REGEX]"
-
-    def run(self, arg):
-        o = self.parse(arg)
-        if not o.args:
-            raise UsageError("a file name is needed (usage: %s)" % self.usage)
-        path = os.path.expanduser(o.args[0])
-        source = session.leaks() if o.leaks or o.show else session.analysis()
-        text, nstacks, nbytes = source.folded(o)
-        try:
-            with open(path, "w") as f:
-                f.write(text)
-        except OSError as e:
-            raise DmemError("cannot write %s: %s" % (path, e.strerror)) from None
-        _write("dmem: wrote %s (%d bytes) to %s\n" % (output.plural(nstacks, "stack"), nbytes,
-                                                      path))
+# Each command's help is its docstring; its first line is what `help dmem` lists.
+_DOCS = {
+    'stacks': 'Every live block with its size, allocating thread and stack.\n\nUsage: dmem stacks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nBlocks are listed by address.  Frames read `function+0xoff (file:line) in lib`\nas far as the symbol tables and DWARF tell, else the raw address.',
+    'summary': 'Live blocks grouped by allocation stack, most bytes first.\n\nUsage: dmem summary [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nShows the top 20 stacks (--limit N, 0 for all), each with its block count and\nbytes, and a total line over every block that passed the filters.',
+    'walk': "Addresses of the live blocks, one per line (user addresses, as malloc returned them).\n\nUsage: dmem walk [--headers] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\n--headers prints the address of each block's libdmem header instead.",
+    'whatis': "The live block that holds an address, with its allocating thread and stack.\n\nUsage: dmem whatis [--json] ADDR\n\nADDR is any gdb expression.  Interior pointers count: the answer gives the\nblock's start, size and ADDR's offset in it.  An address in a block's libdmem\nheader or in libdmem's bootstrap arena is reported as such.",
+    'verify': "Checks the lists: links, magic values, sizes and the counters.\n\nUsage: dmem verify [--json]\n\nWalks every list checking that each header's prev matches, that its magic says\nlive, that it is on the list its header names, that its block is readable, and\nthat the lists' block and byte counters agree with what was walked.  Each\nproblem is reported with its address; a broken list (a cycle, a pointer into\nunmapped memory) ends that list's walk, never the command.",
+    'stats': "libdmem's counters and the live blocks per allocating thread.\n\nUsage: dmem stats [--json]\n\nLive blocks and bytes, allocations and frees as the lists count them, whether\nrecording was on, and a table of live blocks and bytes by thread id.",
+    'folded': "Writes the live (or lost) bytes as folded stacks for flame graphs.\n\nUsage: dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] [--match REGEX]\n\nEach line of FILE is `outer;...;inner BYTES` (function names, raw addresses\nwhere unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.\n--leaks writes the lost blocks only (definitely, indirectly or possibly lost;\nsee 'dmem leaks'), or those of the classes --show LIST names.",
+    'leaks': "Lost blocks, as valgrind's memcheck classes them, grouped by allocation stack.\n\nUsage: dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nA conservative mark from the roots: every thread's registers and stack (from\nits stack pointer, less the red zone, up), each thread's static TLS, and the\nwritable data of the program and its libraries, less libdmem's lists and the\nallocator's own state (glibc's main_arena; all writable data of jemalloc,\ntcmalloc or mimalloc).  A word equal to a block's start is a start pointer; one\ninside it an interior pointer.  Each live block is then:\n  still reachable  start pointers lead to it from a root\n  possibly lost    a chain with an interior pointer in it leads to it\n  definitely lost  nothing leads to it from a root, and no other lost block\n                   does either (of a lost cycle, one block)\n  indirectly lost  only lost blocks lead to it\n--show LIST picks the classes listed (comma-separated: definite, indirect,\npossible, reachable, or all; default definite,indirect,possible, as valgrind's\n--show-leak-kinds).  Stacks are listed most bytes first (top 20; --limit 0 for\nall), each with its blocks per class, then a total line with all four classes.\nThe exit report of DMEM_OPTS=leak-report uses the same definitions.",
+    'types': "C++ types of the live (or lost) blocks, from their vtable pointers.\n\nUsage: dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nA block whose first word points into a `vtable for X` symbol (_ZTV...) of a\nloaded object counts as an X.  Prints a table of types with block counts and\nbytes, and the stack most of each type's blocks were allocated from.\n--leaks looks at lost blocks only (definitely, indirectly or possibly lost;\nsee 'dmem leaks'), --show LIST at the blocks of the classes listed.",
+    'words': "Most frequent values in the contents of live (or lost) blocks.\n\nUsage: dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]\n                  [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nWithout --offset: a histogram of every aligned 8-byte word inside the blocks;\nvalues that are addresses of symbols are named.  Lost objects are often the\nmost frequent thing in a heap, and their vtable pointers and constant fields\nstand out.  --offset N histograms one field instead: the u64 (or --type) at\noffset N of each block, and --vtable TYPE restricts it to blocks of that C++\ntype (as 'dmem types' names it, or the mangled _ZTV symbol), e.g.\n  dmem words --leaks --vtable Session --offset 8 --type u32\nto see in which state lost Session objects were left.  --leaks and --show LIST\npick blocks by leak class as in 'dmem types'.  --limit N shows the top N values\n(default 20; 0 for all).",
+    'why': "Why a block is in use, or lost: its leak class and one chain of references to it.\n\nUsage: dmem why [--json] ADDR\n\nADDR is any gdb expression and may point anywhere inside the block.  Names the\nblock's leak class (see 'dmem leaks').  For a block still reachable or possibly\nlost, prints the root (a global or TLS word, a stack slot, a register) and each\nblock on a short chain down to ADDR's block, with the offset of each pointer\n(and how far into the block an interior pointer points) and each block's\nallocating stack.  For an indirectly lost block, the chain from the definitely\nlost block that heads its group.",
+}
 
 
-class LeaksCommand(_Sub):
-    """Lost blocks, as valgrind's memcheck classes them, grouped by allocation stack.
-
-Usage: dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
-A conservative mark from the roots: every thread's registers and stack (from
-its stack pointer, less the red zone, up), each thread's static TLS, and the
-writable data of the program and its libraries, less libdmem's lists and the
-allocator's own state (glibc's main_arena; all writable data of jemalloc,
-tcmalloc or mimalloc).  A word equal to a block's start is a start pointer; one
-inside it an interior pointer.  Each live block is then:
-  still reachable  start pointers lead to it from a root
-  possibly lost    a chain with an interior pointer in it leads to it
-  definitely lost  nothing leads to it from a root, and no other lost block
-                   does either (of a lost cycle, one block)
-  indirectly lost  only lost blocks lead to it
---show LIST picks the classes listed (comma-separated: definite, indirect,
-possible, reachable, or all; default definite,indirect,possible, as valgrind's
---show-leak-kinds).  Stacks are listed most bytes first (top 20; --limit 0 for
-all), each with its blocks per class, then a total line with all four classes.
-The exit report of DMEM_OPTS=leak-report uses the same definitions."""
-
-    name = "leaks"
-    allowed = LISTING + ("--show",)
-    usage = "dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] " \
-            "[--limit N]"
-
-    def run(self, arg):
-        _write(session.leaks().leaks(self.parse(arg)))
+def _usage(doc):
+    for line in doc.splitlines():
+        if line.startswith("Usage: "):
+            return line[len("Usage: "):]
+    return ""
 
 
-class TypesCommand(_Sub):
-    """C++ types of the live (or lost) blocks, from their vtable pointers.
-
-Usage: dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
-A block whose first word points into a `vtable for X` symbol (_ZTV...) of a
-loaded object counts as an X.  Prints a table of types with block counts and
-bytes, and the stack most of each type's blocks were allocated from.
---leaks looks at lost blocks only (definitely, indirectly or possibly lost;
-see 'dmem leaks'), --show LIST at the blocks of the classes listed."""
-
-    name = "types"
-    allowed = LISTING + ("--leaks", "--show")
-    usage = "dmem types [--leaks] [--show LIST] [--json] [--min-size N] [--thread TID] " \
-            "[--match REGEX] [--limit N]"
-
-    def run(self, arg):
-        _write(session.leaks().types(self.parse(arg)))
-
-
-class WordsCommand(_Sub):
-    """Most frequent values in the contents of live (or lost) blocks.
-
-Usage: dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]
-                  [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]
-
-Without --offset: a histogram of every aligned 8-byte word inside the blocks;
-values that are addresses of symbols are named.  Lost objects are often the
-most frequent thing in a heap, and their vtable pointers and constant fields
-stand out.  --offset N histograms one field instead: the u64 (or --type) at
-offset N of each block, and --vtable TYPE restricts it to blocks of that C++
-type (as 'dmem types' names it, or the mangled _ZTV symbol), e.g.
-  dmem words --leaks --vtable Session --offset 8 --type u32
-to see in which state lost Session objects were left.  --leaks and --show LIST
-pick blocks by leak class as in 'dmem types'.  --limit N shows the top N values
-(default 20; 0 for all)."""
-
-    name = "words"
-    allowed = LISTING + ("--leaks", "--show", "--vtable", "--offset", "--type")
-    usage = "dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N] " \
-            "[--type u8|u16|u32|u64] [--json] [filters]"
-
-    def run(self, arg):
-        _write(session.leaks().words(self.parse(arg)))
-
-
-class WhyCommand(_AddressSub):
-    """Why a block is in use, or lost: its leak class and one chain of references to it.
-
-Usage: dmem why [--json] ADDR
-
-ADDR is any gdb expression and may point anywhere inside the block.  Names the
-block's leak class (see 'dmem leaks').  For a block still reachable or possibly
-lost, prints the root (a global or TLS word, a stack slot, a register) and each
-block on a short chain down to ADDR's block, with the offset of each pointer
-(and how far into the block an interior pointer points) and each block's
-allocating stack.  For an indirectly lost block, the chain from the definitely
-lost block that heads its group."""
-
-    name = "why"
-    usage = "dmem why [--json] ADDR"
-
-    def run(self, arg):
-        o = self.parse(arg)
-        _write(session.leaks().why(o.addr, o))
-
-
-def _alias(name, target, extra=""):
-    # gdb takes a command's help from its class docstring, so each alias gets its own class.
-    doc = "Same as 'dmem %s%s' (a name kept from the original libdmem script)." % (
-        target.name, " " + extra if extra else "")
-    cls = type(name, (_Sub,), {
-        "__doc__": doc, "allowed": target.allowed, "usage": target.usage,
-        "positional": target.positional,
-        "run": lambda self, arg: target.run(self, (extra + " " + arg).strip()),
-    })
-    cls(name)
-
-
+_BASES = {"whatis": _AddressSub, "why": _AddressSub, "folded": _FoldedSub}
+_CLASSES = {}
 DmemCommand()
-for _cls in (StacksCommand, SummaryCommand, WalkCommand, WhatisCommand, VerifyCommand,
-             StatsCommand, FoldedCommand, LeaksCommand, TypesCommand, WordsCommand, WhyCommand):
-    _cls()
-_alias("show_alloc_stacks", StacksCommand)
-_alias("walk_alloc_bufs", WalkCommand)
-_alias("walk_alloc_entries", WalkCommand, "--headers")
+for _name in engine.COMMANDS:
+    _CLASSES[_name] = _command(_name, _DOCS[_name], _usage(_DOCS[_name]),
+                               _BASES.get(_name, _Sub))
+    _CLASSES[_name]()
+for _alias, _target in engine.ALIASES.items():
+    # gdb takes a command's help from its class docstring, so each alias gets its own class.
+    _base = _CLASSES[_target[0]]
+    _cls = type(_alias, (_base,), {
+        "__doc__": "Same as 'dmem %s' (a name kept from the original libdmem script)."
+                   % " ".join(_target),
+        "command": _target[0], "extra": tuple(_target[1:])})
+    _cls(_alias)

@@ -68,8 +68,8 @@ fn report(path: &Path) -> Vec<Vec<String>> {
 
 #[test]
 fn python_unit_tests_pass() {
-    // Debian's python3 (the one gdb embeds, with numpy) and whatever python3 is first on PATH,
-    // which may be another build without numpy: the module must work on both.
+    // Debian's python3 (the one gdb embeds) and whatever python3 is first on PATH, which may be
+    // another build: the module must work on both.
     let mut pythons: Vec<PathBuf> = Vec::new();
     for p in [Some(PathBuf::from("/usr/bin/python3")), which("python3")]
         .into_iter()
@@ -95,7 +95,7 @@ fn python_unit_tests_pass() {
             .find_map(|l| l.strip_prefix("Ran ")?.split_whitespace().next()?.parse().ok())
             .unwrap_or(0);
         assert!(
-            ran >= 30,
+            ran >= 10,
             "only {ran} unit tests ran under {}:\n{report}",
             py.display()
         );
@@ -410,9 +410,10 @@ fn library_gone_from_its_path_is_found_in_the_core() {
     let s = gdbrun::on_core(&dir, &prog, &core, &["dmem summary"]);
     s.assert_no_traceback();
     assert!(
-        s.stderr.contains("dmem: note: gdb has no symbols for libdmem.so"),
+        s.out(0)
+            .contains("is not there any more; its layout descriptor was found in the core by its magic"),
         "{}",
-        s.stderr
+        s.out(0)
     );
     let summary = s.out(0);
     let idx = summary
@@ -511,7 +512,7 @@ fn no_libdmem_or_a_damaged_descriptor_gets_one_line() {
         s.stderr
     );
     for e in errors {
-        assert!(e.contains("libdmem.so is not loaded"), "{e}");
+        assert!(e.contains("has no libdmem.so loaded"), "{e}");
     }
 
     // A real core whose descriptor was overwritten, as a wild write might: bad magic, then a
@@ -529,12 +530,12 @@ fn no_libdmem_or_a_damaged_descriptor_gets_one_line() {
         .collect();
     assert!(!at.is_empty(), "the core holds no dmem_layout descriptor");
     for (name, patch_off, patch, msg) in [
-        ("magic", 7, b'X', "has magic 0x58"),
+        ("magic", 7, b'X', "no descriptor magic at"),
         (
             "version",
             8,
             9u8,
-            "is version 9; this script reads versions 1 and 2",
+            "is version 9; this dmem reads versions 1 and 2",
         ),
     ] {
         let mut damaged = bytes.clone();
@@ -551,8 +552,10 @@ fn no_libdmem_or_a_damaged_descriptor_gets_one_line() {
     }
 }
 
+/// The gdb commands are the launcher's engine: on the same core, every command prints the same
+/// in gdb as from the launcher, text and JSON.
 #[test]
-fn many_blocks_every_implementation_agrees() {
+fn many_blocks_gdb_and_the_launcher_agree() {
     if !gdbrun::have_gdb() {
         return;
     }
@@ -560,20 +563,22 @@ fn many_blocks_every_implementation_agrees() {
     let prog = fixture("gdb_many");
     let core = make_core(&dir, &prog, &["4000", "700"], "abort-shutdown", &lib_path());
     let cmds = [
-        "dmem summary --match ^many_ --limit 0",
-        "dmem summary",
-        "dmem walk",
-        "dmem verify",
-        "dmem stats --json",
+        "summary --match ^many_ --limit 0",
+        "summary",
+        "stacks --limit 5",
+        "walk",
+        "verify",
+        "stats --json",
+        "leaks --json",
+        "leaks --show all",
+        "types",
+        "words --limit 5",
     ];
-    let fast = gdbrun::on_core(&dir, &prog, &core, &cmds);
-    let pure = gdbrun::run(&dir, &prog, Some(&core), &[], &cmds, &[("DMEM_NO_NUMPY", "1")]);
-    // Reading the core file directly (the default) and reading every byte through gdb.
-    let via_gdb = gdbrun::run(&dir, &prog, Some(&core), &[], &cmds, &[("DMEM_NO_COREFILE", "1")]);
-    fast.assert_no_traceback();
-    pure.assert_no_traceback();
-    via_gdb.assert_no_traceback();
-    let summary = fast.out(0);
+    let in_gdb: Vec<String> = cmds.iter().map(|c| format!("dmem {c}")).collect();
+    let in_gdb: Vec<&str> = in_gdb.iter().map(String::as_str).collect();
+    let s = gdbrun::on_core(&dir, &prog, &core, &in_gdb);
+    s.assert_no_traceback();
+    let summary = s.out(0);
     // Four call paths, a thousand 700-byte blocks each.
     assert_eq!(
         total_line(summary),
@@ -588,20 +593,16 @@ fn many_blocks_every_implementation_agrees() {
     for f in ["many_one+", "many_two+", "many_other+"] {
         assert!(summary.contains(&format!("\n    {f}")), "{f} missing:\n{summary}");
     }
-    let q = gdbrun::json_query;
-    let memory = "d['memory'].split(' (')[0]";
-    assert_eq!(q(fast.out(4), memory), "read from the core file directly");
-    assert_eq!(q(via_gdb.out(4), memory), "read through gdb");
-    for (i, cmd) in cmds.iter().enumerate().take(4) {
+    for (i, c) in cmds.iter().enumerate() {
+        let mut words = c.split(' ');
+        let mut cmd = common::dmem();
+        cmd.arg(words.next().unwrap()).arg(&prog).arg(&core).args(words);
+        let out = common::output(&mut cmd);
+        assert!(out.status.success(), "dmem {c}: {}", common::text(&out.stderr));
         assert_eq!(
-            fast.out(i),
-            pure.out(i),
-            "numpy and pure Python differ on {cmd:?}"
-        );
-        assert_eq!(
-            fast.out(i),
-            via_gdb.out(i),
-            "direct and gdb reads differ on {cmd:?}"
+            common::text(&out.stdout),
+            s.out(i),
+            "gdb and the launcher differ on {c:?}"
         );
     }
 }

@@ -209,15 +209,19 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
     assert!(text.contains("make_orphan_list"), "{text}");
     assert!(!text.contains("warning"), "{text}");
 
-    // The pure-Python scan and reads through gdb instead of the core file: the same answer.
-    for env in [("DMEM_NO_NUMPY", "1"), ("DMEM_NO_COREFILE", "1")] {
-        let s = gdb(&dir, "leak_list", &core, &["dmem leaks --json --limit 0"], &[env]);
-        assert_eq!(
-            parse_leaks_json(s.out(0)),
-            (totals, groups.clone()),
-            "with {env:?}"
-        );
-    }
+    // The launcher, without gdb: the same answer.
+    let out = common::output(
+        common::dmem()
+            .arg("leaks")
+            .arg(fixture("leak_list"))
+            .arg(&core)
+            .args(["--json", "--limit", "0"]),
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    assert_eq!(
+        parse_leaks_json(&common::text(&out.stdout)),
+        (totals, groups.clone())
+    );
 }
 
 #[test]
@@ -320,7 +324,7 @@ fn cxx_types_and_member_histogram() {
         "{}",
         s.out(5)
     );
-    assert!(s.out(5).contains("make_a(unsigned long)"), "{}", s.out(5));
+    assert!(s.out(5).contains("    make_a+0x"), "{}", s.out(5));
     assert!(
         s.out(6).contains("       60000  0x0000000000000001  (1)"),
         "{}",
@@ -331,12 +335,6 @@ fn cxx_types_and_member_histogram() {
         "{}",
         s.stderr
     );
-
-    // The pure-Python implementation gives the very same documents.
-    let pure = gdb(&dir, "leak_cxx", &core, &cmds[..4], &[("DMEM_NO_NUMPY", "1")]);
-    for (i, cmd) in cmds[..4].iter().enumerate() {
-        assert_eq!(pure.out(i), s.out(i), "{cmd} differs without numpy");
-    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ set -euo pipefail
 # PACKAGE, or PACKAGE:PROGRAM when the program may come from elsewhere (Node from NodeSource or
 # nvm, a JDK unpacked by hand): then the program on PATH is enough, and Debian's package is only
 # installed when it is absent.
-packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3 python3-numpy
+packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3
     python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
     nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz)
 missing=()

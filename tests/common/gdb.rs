@@ -62,7 +62,10 @@ pub fn run(
     if let Some(core) = target {
         cmd.arg(core);
     }
-    cmd.current_dir(cwd).env_remove("LD_PRELOAD");
+    // The commands' answers come from this build's dmem binary.
+    cmd.current_dir(cwd)
+        .env_remove("LD_PRELOAD")
+        .env("DMEM_BIN", env!("CARGO_BIN_EXE_dmem"));
     for (k, v) in env {
         cmd.env(k, v);
     }

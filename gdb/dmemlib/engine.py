@@ -1,0 +1,155 @@
+"""The gdb commands' answers come from the `dmem` binary: this module finds it, turns a gdb
+command's words and what gdb has open into its command line, runs it and returns what it printed,
+or its error as one line.
+
+One engine answers both the launcher and gdb, so a core reads the same either way; the adapter
+(dmem.py) only says what gdb knows: the core file and the program, or the process it holds
+stopped and its threads' registers.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from .errors import DmemError, UsageError
+
+# The subcommands, and the aliases the original libdmem script had.
+COMMANDS = ("summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why",
+            "types", "words")
+ALIASES = {"show_alloc_stacks": ("stacks",), "walk_alloc_bufs": ("walk",),
+           "walk_alloc_entries": ("walk", "--headers")}
+
+# Options that take a value, so that their value is not taken for a file name or an address.
+VALUE_OPTIONS = ("--min-size", "--thread", "--match", "--limit", "--show", "--vtable", "--offset",
+                 "--type")
+
+# Registers the engine reads of each thread (x86-64 user_regs_struct, as gdb names them).
+REGISTERS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",
+             "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base",
+             "gs_base", "ds", "es", "fs", "gs")
+
+
+def candidates(script_dir, environ=None, which=shutil.which):
+    """Where the dmem binary may be, in order: $DMEM_BIN; beside an installed script
+    (PREFIX/share/dmem/dmem.py and PREFIX/bin/dmem); the source tree's release and debug
+    builds (gdb/dmem.py and target/); the PATH."""
+    environ = os.environ if environ is None else environ
+    out = []
+    if environ.get("DMEM_BIN"):
+        return [environ["DMEM_BIN"]]
+    out.append(os.path.join(script_dir, "..", "..", "bin", "dmem"))
+    for profile in ("release", "debug"):
+        out.append(os.path.join(script_dir, "..", "target", profile, "dmem"))
+    found = which("dmem")
+    if found:
+        out.append(found)
+    return [os.path.normpath(p) for p in out]
+
+
+def find_binary(script_dir, environ=None, which=shutil.which, is_exe=None):
+    """The dmem binary to run, or a DmemError saying where it was looked for."""
+    is_exe = is_exe or (lambda p: os.path.isfile(p) and os.access(p, os.X_OK))
+    tried = candidates(script_dir, environ, which)
+    for p in tried:
+        if is_exe(p):
+            return p
+    if environ is not None and environ.get("DMEM_BIN") or os.environ.get("DMEM_BIN"):
+        raise DmemError("DMEM_BIN is %s, which is not an executable dmem" % tried[0])
+    raise DmemError("cannot find the dmem binary (looked in %s): build it with 'cargo build "
+                    "--release', install it with 'dmem install', or set DMEM_BIN"
+                    % ", ".join(tried))
+
+
+def split_address(words, usage):
+    """(options, address expression) of `whatis` and `why`: options come first; the rest is
+    one gdb expression, spaces and all, as gdb's own `print` takes it.  An expression wrapped
+    whole in one pair of quotes is unwrapped."""
+    opts = []
+    rest = list(words)
+    while rest and rest[0].startswith("--"):
+        if rest[0] != "--json":
+            raise UsageError("unknown option %s (usage: %s)" % (rest[0], usage))
+        opts.append(rest.pop(0))
+    text = " ".join(rest).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1]:
+        text = text[1:-1].strip()
+    if not text:
+        raise UsageError("an address is needed (usage: %s)" % usage)
+    return opts, text
+
+
+def folded_words(words, usage):
+    """The words of `folded [options] FILE` with FILE given as `--output FILE`, as the engine
+    takes it."""
+    out, files = [], []
+    it = iter(words)
+    for w in it:
+        if w in VALUE_OPTIONS:
+            out.append(w)
+            value = next(it, None)
+            if value is not None:
+                out.append(value)
+        elif w.startswith("--"):
+            out.append(w)
+        else:
+            files.append(w)
+    if len(files) != 1:
+        raise UsageError("one file name is needed (usage: %s)" % usage)
+    return out + ["--output", os.path.expanduser(files[0])]
+
+
+def image_args(core=None, program=None, pid=None, registers_file=None):
+    """The engine's words for what gdb has open: PROG CORE, or PID with --registers."""
+    if core:
+        return ([program] if program else []) + [core]
+    if pid:
+        return ["--registers", registers_file, str(pid)]
+    raise DmemError("no process or core file: open a core (gdb PROG CORE) or attach to a process "
+                    "that runs with libdmem.so preloaded")
+
+
+def registers_json(threads):
+    """The --registers file's text: [{"tid": N, "regs": {name: value}}], from (tid, {name:
+    value}) pairs; registers gdb could not read are left out."""
+    return json.dumps([{"tid": tid, "regs": {k: v for k, v in regs.items() if v is not None}}
+                       for tid, regs in threads])
+
+
+def command_line(binary, command, words, image, address=None):
+    """The engine's argv for a gdb command with its words, on the image's words; an address
+    (of `whatis` and `why`) comes last, after the image, with the options before it."""
+    if address is not None:
+        return [binary, command] + list(words) + list(image) + [address]
+    return [binary, command] + list(image) + list(words)
+
+
+def run(argv, runner=subprocess.run):
+    """Runs the engine; returns what it printed, or raises its error as one line."""
+    try:
+        done = runner(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    except OSError as e:
+        raise DmemError("cannot run %s: %s" % (argv[0], e.strerror)) from None
+    out = done.stdout.decode("utf-8", "replace")
+    err = done.stderr.decode("utf-8", "replace")
+    if done.returncode != 0:
+        lines = [line for line in err.splitlines() if line.strip()]
+        msg = lines[-1] if lines else "%s exited with status %d" % (argv[0], done.returncode)
+        # "dmem leaks: no libdmem..." -> "no libdmem...": the adapter adds its own "dmem: ".
+        head, sep, tail = msg.partition(": ")
+        if sep and head.startswith("dmem"):
+            msg = tail
+        raise DmemError(msg)
+    return out, err
+
+
+def with_registers_file(threads, action):
+    """Writes the threads' registers to a temporary file, calls action(path), removes it."""
+    fd, path = tempfile.mkstemp(prefix="dmem-registers-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(registers_json(threads))
+        return action(path)
+    finally:
+        os.unlink(path)
