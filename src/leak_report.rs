@@ -139,9 +139,9 @@ struct OwnMemory;
 impl Words for OwnMemory {
     fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
         let mut n = 0;
-        stopworld::read_words_checked(addr, addr + 8 * buf.len(), &mut |w| {
-            buf[n] = w;
-            n += 1;
+        stopworld::read_words_checked(addr, addr + 8 * buf.len(), &mut |ws| {
+            buf[n..n + ws.len()].copy_from_slice(ws);
+            n += ws.len();
         });
         n
     }
@@ -270,17 +270,17 @@ fn thread_roots(
     checked.sort_unstable();
 }
 
-/// Calls `emit` with every aligned word in `[start, end)` of this process's memory.
-fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
-    let mut a = (start + 7) & !7;
-    while a + 8 <= end {
-        // SAFETY: roots are mapped segments of loaded objects, thread-local blocks and the stacks
-        // of stopped threads (a running thread's stack goes through `read_words_checked`), and
-        // block ranges are live blocks held in place by the list locks; all are readable and
-        // the address is 8-byte aligned.
-        emit(unsafe { (a as *const usize).read_volatile() });
-        a += 8;
+/// Calls `emit` with the aligned words in `[start, end)` of this process's memory.
+fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+    let a = (start + 7) & !7;
+    if a + 8 > end {
+        return;
     }
+    // SAFETY: roots are mapped segments of loaded objects, thread-local blocks and the stacks
+    // of stopped threads (a running thread's stack goes through `read_words_checked`), and
+    // block ranges are live blocks held in place by the list locks; all are readable, nothing
+    // writes them while the other threads are stopped, and the start is 8-byte aligned.
+    emit(unsafe { core::slice::from_raw_parts(a as *const usize, (end - a) / 8) });
 }
 
 /// Runs the report and returns how many blocks leaked (definitely, indirectly or possibly

@@ -478,7 +478,7 @@ fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
 /// stopped and exits) ends the read instead of faulting. The calling thread's id names the
 /// process: its pid names the main thread, which may have exited (pthread_exit) and then has no
 /// memory to read.
-pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(usize)) {
+pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
     let mut buf = [0usize; 512];
     let mut a = (start + 7) & !7;
     while a + 8 <= end {
@@ -497,9 +497,7 @@ pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(usize))
         if got <= 0 {
             return;
         }
-        for &w in &buf[..got as usize / 8] {
-            emit(w);
-        }
+        emit(&buf[..got as usize / 8]);
         a += got as usize & !7;
     }
 }

@@ -62,18 +62,33 @@ impl Class {
 ///
 /// Every word of the roots and of the marked blocks is looked up here, so the lookup is the
 /// inner loop of a leak scan: a word outside `[lo, hi)` is dismissed with one comparison, and
-/// `index` builds a table of buckets (as many as blocks) that tells, for any address, the first
-/// block that may hold it; a short linear step then finds it. Without the table, `find` is a
-/// binary search.
+/// `index` builds tables of buckets (about one per block) that tell, for any address, the first
+/// block that may hold it; a short linear step then finds it. Blocks sit in a few dense regions
+/// far apart (the brk heap, arenas' heaps, blocks mapped on their own), so each region gets its
+/// own table: one table over the whole span would put the dense heap into a handful of buckets
+/// and make the linear step as long as the heap. Without the tables, `find` is a binary search.
 pub struct Blocks {
     starts: Vec<usize>,
     ends: Vec<usize>,
     lo: usize,
     hi: usize,
-    /// `first[k]`: the first block whose end lies above bucket k's first address.
+    /// Dense runs of blocks, by address.
+    regions: Vec<Region>,
+    /// The regions' bucket tables end to end: entry k of a region is the first block whose end
+    /// lies above the region's bucket k's first address.
     first: Vec<u32>,
-    shift: u32,
 }
+
+struct Region {
+    lo: usize,
+    hi: usize,
+    shift: u32,
+    /// Where this region's buckets start in `first`.
+    table: usize,
+}
+
+/// A gap between blocks wider than this starts a new region.
+const REGION_GAP: usize = 1 << 20;
 
 impl Blocks {
     /// Room for `n` blocks, filled with `push`: the exit report sizes it before it stops the other
@@ -84,8 +99,8 @@ impl Blocks {
             ends: Vec::with_capacity(n),
             lo: usize::MAX,
             hi: 0,
+            regions: Vec::new(),
             first: Vec::new(),
-            shift: 0,
         }
     }
 
@@ -99,34 +114,47 @@ impl Blocks {
         self.hi = self.hi.max(end);
     }
 
-    /// Builds the bucket table, after the last `push`. It allocates, so the exit report calls it
+    /// Builds the bucket tables, after the last `push`. It allocates, so the exit report calls it
     /// before it stops the other threads.
     pub fn index(&mut self) {
         let n = self.starts.len();
         if n == 0 || n > u32::MAX as usize {
             return;
         }
-        let span = self.hi - self.lo;
-        // Buckets of a power-of-two size, about one per block.
+        self.regions.clear();
+        self.first.clear();
+        let mut from = 0;
+        while from < n {
+            let mut to = from + 1;
+            while to < n && self.starts[to] - self.ends[to - 1] <= REGION_GAP {
+                to += 1;
+            }
+            self.add_region(from, to);
+            from = to;
+        }
+    }
+
+    /// The bucket table of blocks `from..to`: power-of-two buckets, about one per block.
+    fn add_region(&mut self, from: usize, to: usize) {
+        let lo = self.starts[from];
+        let hi = self.ends[to - 1];
+        let count = to - from;
         let mut shift = 0;
-        while (span >> shift) > n {
+        while ((hi - lo) >> shift) > count {
             shift += 1;
         }
-        self.shift = shift;
-        let buckets = (span >> shift) + 1;
-        self.first = Vec::with_capacity(buckets);
-        let mut i = 0usize;
+        let buckets = ((hi - lo) >> shift) + 1;
+        let table = self.first.len();
+        self.first.reserve(buckets);
+        let mut i = from;
         for k in 0..buckets {
-            let at = self.lo + (k << shift);
-            while i < n && self.ends[i] <= at {
+            let at = lo + (k << shift);
+            while i < to && self.ends[i] <= at {
                 i += 1;
             }
             self.first.push(i as u32);
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.starts.len()
+        self.regions.push(Region { lo, hi, shift, table });
     }
 
     /// The block containing `addr`, if any.
@@ -135,16 +163,31 @@ impl Blocks {
         if addr.wrapping_sub(self.lo) >= self.hi.wrapping_sub(self.lo) {
             return None;
         }
-        if self.first.is_empty() {
+        if self.regions.is_empty() {
             let i = self.starts.partition_point(|&s| s <= addr);
             return (i > 0 && addr < self.ends[i - 1]).then(|| i - 1);
         }
-        let mut i = self.first[(addr - self.lo) >> self.shift] as usize;
-        // Blocks do not overlap, so the first one ending above `addr` is the only candidate.
-        while i < self.starts.len() && self.ends[i] <= addr {
+        let region = match self.regions.len() {
+            1 => &self.regions[0],
+            _ => {
+                let r = self.regions.partition_point(|g| g.lo <= addr);
+                &self.regions[r.checked_sub(1)?]
+            }
+        };
+        if addr >= region.hi {
+            return None;
+        }
+        let mut i = self.first[region.table + ((addr - region.lo) >> region.shift)] as usize;
+        // Blocks do not overlap, so the first one ending above `addr` is the only candidate;
+        // the region's last block ends at its `hi`, so the step stays inside the region.
+        while self.ends[i] <= addr {
             i += 1;
         }
-        (i < self.starts.len() && self.starts[i] <= addr).then_some(i)
+        (self.starts[i] <= addr).then_some(i)
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
     }
 
     /// Block `i`'s first byte.
@@ -181,12 +224,13 @@ impl Marker {
     }
 
     /// Classifies every block; `classes()` then reads the result. `scan(start, end, emit)` must
-    /// call `emit` with each aligned word stored in `[start, end)`: it is how memory is read, so
-    /// the same rules serve in-process and over a core. `values` are roots that are not in
+    /// call `emit` with the aligned words stored in `[start, end)`, in runs as long as it can
+    /// read at once (one call per run rather than per word keeps the scan at memory speed): it
+    /// is how memory is read, so the same rules serve in-process and over a core. `values` are roots that are not in
     /// memory (a core's registers).
     pub fn classify<S>(&mut self, blocks: &Blocks, roots: &[(usize, usize)], values: &[usize], mut scan: S)
     where
-        S: FnMut(usize, usize, &mut dyn FnMut(usize)),
+        S: FnMut(usize, usize, &mut dyn FnMut(&[usize])),
     {
         let state = &mut self.state;
         let work = &mut self.work;
@@ -209,7 +253,9 @@ impl Marker {
             }
         };
         for &(s, e) in roots {
-            scan(s, e, &mut |w| mark(w, true, state, work));
+            scan(s, e, &mut |ws| {
+                ws.iter().for_each(|&w| mark(w, true, state, work))
+            });
         }
         for &w in values {
             mark(w, true, state, work);
@@ -219,7 +265,9 @@ impl Marker {
             // A block queued as possibly lost and upgraded since is queued again; scanning it
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
-            scan(s, e, &mut |w| mark(w, sure, state, work));
+            scan(s, e, &mut |ws| {
+                ws.iter().for_each(|&w| mark(w, sure, state, work))
+            });
         }
 
         // Cliques over what is left, in address order.
@@ -231,17 +279,19 @@ impl Marker {
             work.push(head);
             while let Some(i) = work.pop() {
                 let (s, e) = blocks.range(i);
-                scan(s, e, &mut |w| {
-                    let Some(j) = blocks.find(w) else { return };
-                    match state[j] {
-                        UNSEEN => {
-                            state[j] = INDIRECT;
-                            work.push(j);
+                scan(s, e, &mut |ws| {
+                    for &w in ws {
+                        let Some(j) = blocks.find(w) else { continue };
+                        match state[j] {
+                            UNSEEN => {
+                                state[j] = INDIRECT;
+                                work.push(j);
+                            }
+                            // An earlier clique's head hangs off this one. Its own clique
+                            // already claimed what it reaches, so it need not be scanned again.
+                            DEFINITE if j != head => state[j] = INDIRECT,
+                            _ => {}
                         }
-                        // An earlier clique's head hangs off this one. Its own clique already
-                        // claimed what it reaches, so it need not be scanned again.
-                        DEFINITE if j != head => state[j] = INDIRECT,
-                        _ => {}
                     }
                 });
             }
@@ -286,7 +336,7 @@ mod tests {
         m.classify(&blocks, &roots, &[], |s, e, f| {
             for a in (s..e).step_by(8) {
                 if let Some(&w) = mem.get(&a) {
-                    f(w);
+                    f(&[w]);
                 }
             }
         });
@@ -400,13 +450,20 @@ mod tests {
             plain.push(at + gap, at + gap + size);
             at += gap + size.max(1);
         }
+        // Regions far apart (a brk heap and blocks mapped on their own): each gets its table.
+        let mut probes: Vec<usize> = (0xff0..at + 16).collect();
+        for far in [at + (3 << 20), at + (1 << 40), at + (1 << 40) + (5 << 20)] {
+            plain.push(far, far + 4096);
+            plain.push(far + 5000, far + 5008);
+            probes.extend(far - 16..far + 5024);
+        }
         let mut fast = Blocks::with_capacity(0);
         for i in 0..plain.len() {
             let (s, e) = plain.range(i);
             fast.push(s, e);
         }
         fast.index();
-        for a in 0xff0..at + 16 {
+        for a in probes {
             assert_eq!(fast.find(a), plain.find(a), "at {a:#x}");
         }
     }

@@ -52,7 +52,6 @@ impl Scan {
     fn open_words(words: &[std::ffi::OsString], registers: Option<&std::path::Path>) -> Result<Scan> {
         let mut ins = Inspect::open_words(words, registers, Need::Still)?;
         let (objects, roots, c) = ins.classify();
-        ins.resume();
         if let Some(line) = ins.pause_line() {
             eprintln!("{line}");
         }
@@ -576,8 +575,8 @@ pub fn words(args: cli::WordsArgs) -> Result<String> {
             let mut vals = Vec::new();
             for &i in &sel {
                 let b = ins.heap.blocks[i];
-                crate::model::leaks::scan_words(&*ins.image.mem, b.addr, b.addr + b.size, &mut |_, w| {
-                    vals.push(w as u64)
+                crate::model::leaks::scan_words(&*ins.image.mem, b.addr, b.addr + b.size, &mut |_, ws| {
+                    vals.extend(ws.iter().map(|&w| w as u64))
                 });
             }
             (

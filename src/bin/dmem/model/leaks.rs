@@ -18,21 +18,23 @@ pub fn blocks_of(heap: &Heap) -> Blocks {
     blocks
 }
 
-/// Calls `emit` with every aligned word of `[start, end)` that can be read; false if some of it
-/// could not be.
-pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u64, usize)) -> bool {
+/// Calls `emit(at, words)` with the aligned words of `[start, end)` that can be read, in runs
+/// (`at` is the first word's address); false if some of it could not be read.
+pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u64, &[usize])) -> bool {
     let start = (start + 7) & !7;
     let end = end & !7;
     if end <= start {
         return true;
     }
+    let mut run = [0usize; 512];
     mem.pieces(start, end, &mut |at, bytes| {
         // Pieces come whole from an aligned start, in multiples of 8 but for the last.
-        for (i, w) in bytes.chunks_exact(8).enumerate() {
-            emit(
-                at + 8 * i as u64,
-                u64::from_le_bytes(w.try_into().unwrap()) as usize,
-            );
+        for (k, chunk) in bytes.chunks(8 * run.len()).enumerate() {
+            let n = chunk.len() / 8;
+            for (slot, w) in run.iter_mut().zip(chunk.chunks_exact(8)) {
+                *slot = u64::from_le_bytes(w.try_into().unwrap()) as usize;
+            }
+            emit(at + (8 * run.len() * k) as u64, &run[..n]);
         }
     })
 }
@@ -59,7 +61,7 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Classified {
     let mut unread = Vec::new();
     let mut marker = Marker::new(blocks.len());
     marker.classify(&blocks, &ranges, &values, |s, e, emit| {
-        if !scan_words(mem, s as u64, e as u64, &mut |_, w| emit(w)) {
+        if !scan_words(mem, s as u64, e as u64, &mut |_, ws| emit(ws)) {
             unread.push((s, e));
         }
     });
@@ -103,14 +105,16 @@ impl Graph {
         let blocks = blocks_of(heap);
         let refs_in = |s: u64, e: u64| {
             let mut v = Vec::new();
-            scan_words(mem, s, e, &mut |at, w| {
-                if let Some(t) = blocks.find(w) {
-                    v.push(Ref {
-                        word: Some(at),
-                        value: w as u64,
-                        target: t,
-                        start: blocks.start(t) == w,
-                    });
+            scan_words(mem, s, e, &mut |at, ws| {
+                for (k, &w) in ws.iter().enumerate() {
+                    if let Some(t) = blocks.find(w) {
+                        v.push(Ref {
+                            word: Some(at + 8 * k as u64),
+                            value: w as u64,
+                            target: t,
+                            start: blocks.start(t) == w,
+                        });
+                    }
                 }
             });
             v
