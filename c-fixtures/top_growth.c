@@ -17,8 +17,10 @@
  * (as root), that thread runs under SCHED_FIFO, so that on a busy machine its gaps measure
  * whether the process was stopped, not how long other programs held the processor.
  *
- * usage: top_growth HEARTBEAT_FILE SECONDS [nodump]
- * Writes "ready" on stdout once the steady blocks are held; exits after SECONDS. With "nodump"
+ * usage: top_growth HEARTBEAT_FILE SECONDS [nodump | steady=N]
+ * Writes "ready" on stdout once the steady blocks are held; exits after SECONDS. "steady=N" holds
+ * N steady blocks instead of STEADY_BLOCKS (the tests of `dmem leaks PID` use a heap large
+ * enough for its scan to be caught while it runs). With "nodump"
  * it first makes itself non-dumpable (prctl(PR_SET_DUMPABLE, 0)), so that only CAP_SYS_PTRACE
  * may read its memory. It lets any process read it despite Yama's ptrace_scope=1
  * (PR_SET_PTRACER_ANY), as a program meant to be watched would.
@@ -68,7 +70,8 @@ heartbeat(void *arg)
     return NULL;
 }
 
-static void *steady[STEADY_BLOCKS];
+static void **steady;
+static long nsteady = STEADY_BLOCKS;
 static void *cache[CACHE_CAP];
 static void *accel[ACCEL_CAP];
 #define LINEAR_CAP 100000
@@ -78,7 +81,7 @@ static size_t nlinear, ncache, naccel;
 static __attribute__((noinline)) void
 hold_steady(void)
 {
-    for (int i = 0; i < STEADY_BLOCKS; i++) {
+    for (long i = 0; i < nsteady; i++) {
         steady[i] = malloc(64);
         memset(steady[i], 1, 64);
     }
@@ -118,9 +121,11 @@ int
 main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: top_growth HEARTBEAT_FILE SECONDS [nodump]\n");
+        fprintf(stderr, "usage: top_growth HEARTBEAT_FILE SECONDS [nodump | steady=N]\n");
         return 2;
     }
+    if (argc > 3 && strncmp(argv[3], "steady=", 7) == 0)
+        nsteady = atol(argv[3] + 7);
     if (argc > 3 && strcmp(argv[3], "nodump") == 0)
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -130,6 +135,8 @@ main(int argc, char **argv)
         return 1;
     }
     double seconds = atof(argv[2]);
+    /* The table is allocated here, so hold_steady's stack holds the steady blocks only. */
+    steady = malloc(nsteady * sizeof *steady);
     hold_steady();
     pthread_t hb;
     pthread_create(&hb, NULL, heartbeat, NULL);

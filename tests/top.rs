@@ -7,102 +7,22 @@
 mod common;
 #[path = "common/elfcore.rs"]
 mod elfcore;
+#[path = "common/live.rs"]
+mod live;
 #[path = "common/run.rs"]
 mod run;
 
 use common::dmem;
 use elfcore::{Elf, SHT_DYNSYM};
+use live::{heartbeats, longest_gap, monotonic_ns, rt_heartbeat, start, unix_now, LIMIT};
 use run::run_limited;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Generous for a few samples on a loaded two-core machine; only a hang comes near it.
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// A fixture running with the library preloaded, killed when dropped.
-struct Target {
-    child: Child,
-    pid: i32,
-    /// The rest of its standard output, read to the end (so it never writes into a closed pipe).
-    rest: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Target {
-    /// Waits (at most `LIMIT`) for the fixture to end by itself: its status and what it printed
-    /// after "ready".
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
-        let t = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("wait") {
-                break s;
-            }
-            assert!(t.elapsed() < LIMIT, "the fixture did not end");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        (status, self.rest.take().unwrap().join().unwrap())
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `fixture args` preloaded and waits (at most a minute) for its "ready" line.
-fn start(fixture: &str, args: &[&str]) -> Target {
-    let mut child = common::preloaded(common::fixture(fixture), "", None)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn fixture");
-    let pid = child.id() as i32;
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let rest = std::thread::spawn(move || {
-        let mut r = BufReader::new(out);
-        let mut line = String::new();
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut r, &mut rest);
-        rest
-    });
-    let target = Target {
-        child,
-        pid,
-        rest: Some(rest),
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the fixture said nothing for a minute");
-    assert_eq!(line.trim(), "ready", "{fixture} did not start");
-    target
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use std::time::{Duration, Instant};
 
 /// The library's own per-list counters in a running process, read here without the launcher:
 /// the descriptor found through `.dynsym` and /proc/PID/maps, the words by the layout's
@@ -285,25 +205,6 @@ fn u(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 
-/// Heartbeats (monotonic nanoseconds) written by the fixture.
-fn heartbeats(path: &Path) -> Vec<u64> {
-    std::fs::read(path)
-        .expect("heartbeat file")
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// The longest time without a heartbeat inside `[from, to]` (monotonic nanoseconds), counting
-/// the stretches from `from` to the first beat and from the last beat to `to`.
-fn longest_gap(beats: &[u64], from: u64, to: u64) -> Duration {
-    let mut points: Vec<u64> = beats.iter().copied().filter(|&b| b > from && b < to).collect();
-    points.insert(0, from);
-    points.push(to);
-    let gap = points.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    Duration::from_nanos(gap)
-}
-
 /// The longest heartbeat gap a process that is never stopped may show. The heartbeat thread
 /// sleeps 2 ms between beats and, run as root, has a real-time priority, so its gaps measure
 /// whether the process was allowed to run, not how busy the machine is: a reader that stopped
@@ -312,11 +213,6 @@ fn longest_gap(beats: &[u64], from: u64, to: u64) -> Duration {
 /// 50 ms is the bound; without the real-time priority (not root), a loaded machine
 /// might delay a wake-up that long, so that case is reported and not asserted.
 const MAX_GAP: Duration = Duration::from_millis(50);
-
-fn rt_heartbeat() -> bool {
-    // SAFETY: geteuid takes nothing and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
 
 #[test]
 fn top_classifies_growth_and_never_stops_the_process() {

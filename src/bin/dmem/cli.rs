@@ -245,7 +245,8 @@ pub struct FoldedArgs {
 /// program and its libraries, less libdmem's lists and the allocator's own state. Blocks are
 /// still reachable, possibly lost (reached only through an interior pointer), definitely lost
 /// or indirectly lost (held only by lost blocks), as valgrind's memcheck defines them. A running
-/// process (PID) is stopped for the scan only, and the pause is printed.
+/// process (PID) is stopped only while its registers and writable memory are copied, and the
+/// pause is printed.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct LeaksArgs {

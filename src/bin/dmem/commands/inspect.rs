@@ -1,6 +1,7 @@
 //! How the analysis commands get what they read: the image named on the command line, its lists
 //! walked into a heap, names for its addresses, and, for the scans that need the process to
-//! hold still, its threads stopped (or the registers of a debugger that holds it stopped).
+//! hold still, its threads stopped while their registers and its writable memory are copied
+//! (or the registers of a debugger that holds it stopped).
 #![forbid(unsafe_code)]
 
 use crate::cli::{show, ImageArgs};
@@ -11,7 +12,10 @@ use crate::model::roots::{self, Loaded, Roots};
 use crate::model::symbolize::Symbolizer;
 use crate::model::text::plural;
 use crate::source::image::{Image, Target};
-use crate::source::ptrace::{self, Stopped};
+use crate::source::live;
+use crate::source::mappings::Mappings;
+use crate::source::memory::{CopiedMemory, LiveMemory, ReadError};
+use crate::source::ptrace;
 use crate::source::threads;
 use crate::{failed, Result};
 use std::ffi::OsString;
@@ -22,9 +26,7 @@ pub struct Inspect {
     pub image: Image,
     pub heap: Heap,
     pub namer: Namer,
-    /// The process, stopped by dmem for a scan; let go by `resume`.
-    stopped: Option<Stopped>,
-    /// How long it was stopped, once let go.
+    /// How long dmem kept the process stopped, if it stopped one.
     pub pause: Option<Duration>,
 }
 
@@ -44,7 +46,7 @@ impl Inspect {
     pub fn open_words(words: &[OsString], registers: Option<&Path>, need: Need) -> Result<Inspect> {
         let target = Target::parse(words)?;
         let mut image = Image::open(&target)?;
-        let mut stopped = None;
+        let mut pause = None;
         if let Some(file) = registers {
             if image.pid.is_none() {
                 return Err(crate::usage(
@@ -56,10 +58,23 @@ impl Inspect {
             image.threads = threads::from_json(&text).map_err(|e| failed(format!("{}: {e}", show(file))))?;
             image.still = true;
         } else if let (Some(pid), Need::Still) = (image.pid, need) {
+            // Stopped for the copy of its writable memory only: the analysis reads the copy.
             let s = ptrace::stop(pid)?;
+            let copy = Mappings::of_process(pid)
+                .map_err(|e| live::refused(pid, &e))
+                .and_then(|maps| {
+                    let mem = CopiedMemory::copy(LiveMemory::new(pid), &maps).map_err(|e| match e {
+                        ReadError::Denied(e) => live::refused(pid, &e),
+                        ReadError::Unmapped => failed(format!("process {pid} ended")),
+                    })?;
+                    Ok((maps, mem))
+                });
             image.threads = s.threads.clone();
+            pause = Some(s.resume());
+            let (maps, mem) = copy?;
+            image.maps = maps;
+            image.mem = Box::new(mem);
             image.still = true;
-            stopped = Some(s);
         }
         let walk = image.walk()?;
         let heap = Heap::new(walk, image.layout.header_size);
@@ -68,30 +83,21 @@ impl Inspect {
             image,
             heap,
             namer,
-            stopped,
-            pause: None,
+            pause,
         })
-    }
-
-    /// Lets a process dmem stopped run again.
-    pub fn resume(&mut self) {
-        if let Some(s) = self.stopped.take() {
-            self.pause = Some(s.resume());
-        }
     }
 
     /// The line saying how long a process was stopped, if dmem stopped one.
     pub fn pause_line(&self) -> Option<String> {
         let pause = self.pause?;
         Some(format!(
-            "dmem: {} was stopped for {:.1} ms for the scan",
+            "dmem: {} was stopped for {:.1} ms while its threads' registers and writable memory were copied",
             self.image.name,
             pause.as_secs_f64() * 1e3
         ))
     }
 
-    /// The loaded objects, the roots and every block's class; the process (if dmem stopped
-    /// one) runs again afterwards.
+    /// The loaded objects, the roots and every block's class.
     pub fn classify(&mut self) -> (Vec<Loaded>, Roots, Classified) {
         let objects = roots::loaded(&self.image.maps);
         let r = roots::gather(&self.image, &objects);
