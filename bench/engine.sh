@@ -1,0 +1,91 @@
+#!/bin/sh
+# The analysis engine's bench: the launcher on a core of COUNT live blocks of SIZE bytes (default
+# 1,000,000 of 600, about 570 MB of blocks, shaped like a server's heap: see
+# c-fixtures/leak_many.c), side by side in one run with VMware's chap on the same program's
+# uninstrumented core, and `dmem leaks PID` on a running process holding COUNT blocks.
+#
+# Rows, each with wall time and the peak RSS of the command (GNU time, when installed):
+#   dmem summary PROG CORE        target: at most 0.5 s
+#   dmem leaks PROG CORE          target: at most a quarter of chap's time
+#   gdb + dmem leaks              gdb opening the core and its `dmem leaks` (which calls the
+#                                 launcher): the engine plus gdb's own start-up
+#   chap: count leaked            on the uninstrumented core (gdb's gcore at exit_group)
+#   dmem leaks PID                the pause it prints (target: at most 1 s), and the wall time
+#
+# chap is not packaged: build it from https://github.com/vmware/chap outside this repository and
+# point CHAP at the binary (or put `chap` on PATH); without it the chap row says so in one line.
+# Needs gdb and a C compiler, and about twice one core's size in free disk space.
+#
+#   bench/engine.sh [COUNT [SIZE]]
+set -eu
+
+count=${1:-1000000}
+size=${2:-600}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+. bench/build_paths.sh
+dmem=$target_dir/release/dmem
+work=$(mktemp -d "${TMPDIR:-/tmp}/dmem-engine.XXXXXX")
+hold_pid=""
+cleanup() {
+    [ -n "$hold_pid" ] && kill "$hold_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+"$root/bench/make_core.sh" "$work" leak_many "-O0" "$count" "$size" dmem.core
+# The same program and arguments without the library, stopped at its exit_group with its heap
+# whole, for chap.
+(cd "$work" && gdb -batch -nx -q -ex 'catch syscall exit_group' -ex run -ex "gcore $work/bare" \
+    --args ./leak_many "$count" "$size" >/dev/null 2>&1)
+[ -f "$work/bare" ] || { echo "gdb could not write the uninstrumented core" >&2; exit 1; }
+
+# Each core read once untimed, so every timed run finds it in the page cache alike.
+cat "$work/dmem.core" "$work/bare" >/dev/null
+
+# row NAME COMMAND...: runs the command, prints wall time and peak RSS.
+row() {
+    name=$1
+    shift
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -o "$work/time.txt" -f '%e %M' "$@" >"$work/out.txt" 2>"$work/err.txt" || {
+            cat "$work/err.txt" >&2
+            exit 1
+        }
+        awk -v n="$name" '{ printf "%-24s %6.2f s   peak RSS %5d MB\n", n, $1, $2 / 1024 }' "$work/time.txt"
+    else
+        t0=$(date +%s.%N)
+        "$@" >"$work/out.txt" 2>"$work/err.txt"
+        t1=$(date +%s.%N)
+        echo "$t0 $t1" | awk -v n="$name" '{ printf "%-24s %6.2f s\n", n, $2 - $1 }'
+    fi
+}
+
+echo "core: $count blocks of $size bytes"
+row "dmem summary" "$dmem" summary "$work/leak_many" "$work/dmem.core"
+row "dmem leaks" "$dmem" leaks "$work/leak_many" "$work/dmem.core"
+grep '^total:' "$work/out.txt"
+row "gdb + dmem leaks" gdb -batch -nx -q "$work/leak_many" "$work/dmem.core" \
+    -ex "source $root/gdb/dmem.py" -ex "dmem leaks"
+
+chap=${CHAP:-$(command -v chap || true)}
+if [ -n "$chap" ] && [ -x "$chap" ]; then
+    echo "count leaked" >"$work/chap.in"
+    row "chap: count leaked" sh -c "\"$chap\" \"$work/bare\" <\"$work/chap.in\""
+    grep -i 'allocations' "$work/out.txt" | head -n 1
+else
+    echo "chap: not found (build it from github.com/vmware/chap and set CHAP=/path/to/chap)"
+fi
+
+# A running process holding COUNT blocks on one thread, read while it runs.
+mkfifo "$work/in"
+LD_PRELOAD="$target_dir/release/libdmem.so" "$out_dir/fixtures/bench_hold" "$count" 1 \
+    <"$work/in" >"$work/hold.txt" &
+hold_pid=$!
+exec 3>"$work/in"
+while ! grep -q ready "$work/hold.txt"; do sleep 0.1; done
+row "dmem leaks PID" "$dmem" leaks "$hold_pid"
+sed -n 's/^dmem: .* was stopped for \([0-9.]*\) ms.*/  the process was stopped for \1 ms/p' "$work/err.txt"
+exec 3>&-
+wait "$hold_pid" 2>/dev/null || true
+hold_pid=""
