@@ -13,7 +13,8 @@
 //! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
 
 use crate::analysis::arena::{self, Words};
-use crate::analysis::reach::{Blocks, Class, Marker};
+use crate::analysis::reach::{Blocks, Class, Heuristic, Marker, Source};
+use crate::analysis::roots::extra_roots;
 use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
@@ -270,6 +271,58 @@ fn thread_roots(
     checked.sort_unstable();
 }
 
+/// Writable memory of the program's own that holds no block, memcheck's roots beyond the
+/// objects' data (see `analysis::roots`), less the objects' segments (roots already, or the
+/// allocator's state) and this report's own buffers of block addresses. Made before the stop;
+/// the parts that hold a stopped thread's stack pointer are dropped after it.
+fn own_extra_roots(objs: &Objects, blocks: &Blocks, live: &[Live]) -> Vec<(usize, usize)> {
+    // A report from a fatal signal keeps to the objects' data, stacks and TLS: its emergency
+    // heap and the interrupted code's state are not told apart from the program's memory yet.
+    if crate::own_heap::in_emergency() {
+        return Vec::new();
+    }
+    let maps = procmaps::all();
+    let glibc = !objs.libc_data.is_empty();
+    let mut parts = Vec::new();
+    for i in 0..maps.len() {
+        if unwind::is_own(maps[i].start) {
+            continue;
+        }
+        extra_roots(&maps, i, blocks, &[], &OwnMemory, glibc, &mut |s, e| {
+            parts.push((s, e))
+        });
+    }
+    let buffer = |p: *const u8, bytes: usize| (p as usize, p as usize + bytes);
+    let mut holes: Vec<(usize, usize)> = objs.data.iter().chain(&objs.libc_data).copied().collect();
+    holes.push(buffer(live.as_ptr().cast(), core::mem::size_of_val(live)));
+    holes.extend(blocks.buffers());
+    // The signal stack the report may be running on (a fatal signal's report): its frames hold
+    // block addresses.
+    // SAFETY: stack_t is plain data, valid zeroed.
+    let mut alt: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: sigaltstack with a null new stack only writes the current one into `alt`.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut alt) } == 0 && !alt.ss_sp.is_null() {
+        holes.push((alt.ss_sp as usize, alt.ss_sp as usize + alt.ss_size));
+    }
+    for hole in holes {
+        let mut cut = Vec::with_capacity(parts.len() + 1);
+        for (s, e) in parts {
+            if hole.1 <= s || e <= hole.0 {
+                cut.push((s, e));
+                continue;
+            }
+            if s < hole.0 {
+                cut.push((s, hole.0));
+            }
+            if hole.1 < e {
+                cut.push((hole.1, e));
+            }
+        }
+        parts = cut;
+    }
+    parts
+}
+
 /// Calls `emit` with the aligned words in `[start, end)` of this process's memory.
 fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
     let a = (start + 7) & !7;
@@ -305,9 +358,10 @@ pub fn leak_report(entry: &Entry) -> usize {
     }
     blocks.index();
     let mut marker = Marker::new(live.len());
+    let mut extra = own_extra_roots(&objs, &blocks, &live);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
-        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2,
+        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2 + extra.len(),
     );
     let mut checked = Vec::with_capacity(room);
     let mut notes = ThreadNotes {
@@ -333,25 +387,79 @@ pub fn leak_report(entry: &Entry) -> usize {
         &mut checked,
         &mut notes,
     );
-    marker.classify(&blocks, &roots, &[], |s, e, emit| {
-        if checked.binary_search(&(s, e)).is_ok() {
-            stopworld::read_words_checked(s, e, emit);
-        } else {
-            scan_words(s, e, emit);
-        }
+    // Stacks are scanned from their stack pointer up only: the memory below is no root.
+    extra.retain(|&(s, e)| {
+        let holds = |sp: usize| s <= sp && sp < e;
+        let stack = world.threads().any(|t| match t {
+            Seen::Stopped { sp, .. } | Seen::NotStopped { sp: Some(sp), .. } => holds(sp),
+            _ => false,
+        });
+        // The report's own stack too, which is not the program's when it runs in a signal
+        // handler on an alternate stack: its frames hold block addresses.
+        let here = core::hint::black_box(&s) as *const usize as usize;
+        !stack && !holds(own_sp) && !holds(here)
     });
+    roots.extend_from_slice(&extra);
+    let heuristics = options::get().leak_heuristics;
+    marker.classify(
+        &blocks,
+        &roots,
+        &[],
+        heuristics,
+        &mut OwnScan { checked: &checked },
+    );
     world.release();
     lists::unlock_all();
 
     let show = options::get().leak_show;
     let classes: Vec<Class> = (0..live.len()).map(|i| marker.class(i)).collect();
+    let heuristic: Vec<Option<Heuristic>> = (0..live.len()).map(|i| marker.heuristic(i)).collect();
     let glibc = !objs.libc_data.is_empty();
-    write_report(&live, &classes, show, &notes, glibc && arena.is_none())
+    write_report(
+        &live,
+        &classes,
+        &heuristic,
+        show,
+        &notes,
+        glibc && arena.is_none(),
+    )
+}
+
+/// This process's memory as the classification reads it, while the other threads are stopped.
+struct OwnScan<'a> {
+    /// Ranges (sorted) that may not be readable whole: stacks of threads that could not be
+    /// stopped, read through the kernel.
+    checked: &'a [(usize, usize)],
+}
+
+impl Source for OwnScan<'_> {
+    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+        let i = self.checked.partition_point(|&(s, _)| s <= start);
+        if i > 0 && end <= self.checked[i - 1].1 {
+            stopworld::read_words_checked(start, end, emit);
+        } else {
+            scan_words(start, end, emit);
+        }
+    }
+
+    /// Only words of live blocks are asked for, which the list locks keep mapped.
+    fn word(&mut self, addr: usize) -> Option<usize> {
+        let mut w = None;
+        scan_words(addr, addr + 8, &mut |ws| w = ws.first().copied());
+        w
+    }
 }
 
 /// Groups the blocks by class and stack, prints the report and returns the count of leaked
 /// blocks.
-fn write_report(live: &[Live], classes: &[Class], show: u8, notes: &ThreadNotes, no_arena: bool) -> usize {
+fn write_report(
+    live: &[Live],
+    classes: &[Class],
+    heuristic: &[Option<Heuristic>],
+    show: u8,
+    notes: &ThreadNotes,
+    no_arena: bool,
+) -> usize {
     #[derive(Default)]
     struct Group {
         blocks: usize,
@@ -390,6 +498,23 @@ fn write_report(live: &[Live], classes: &[Class], show: u8, notes: &ThreadNotes,
         );
     }
     let _ = writeln!(out);
+    let mut via = [(0usize, 0usize); 4];
+    for (b, h) in live.iter().zip(heuristic) {
+        if let Some(h) = h {
+            via[*h as usize].0 += 1;
+            via[*h as usize].1 += b.size;
+        }
+    }
+    if via.iter().any(|v| v.0 > 0) {
+        let _ = write!(out, "dmem: of which still reachable via heuristic:");
+        let mut first = true;
+        for (h, &(n, bytes)) in Heuristic::ALL.iter().zip(&via).filter(|(_, v)| v.0 > 0) {
+            let sep = if first { "" } else { ";" };
+            first = false;
+            let _ = write!(out, "{sep} {}: {bytes} bytes in {}", h.name(), blocks(n));
+        }
+        let _ = writeln!(out);
+    }
     for &(tid, scanned) in &notes.not_stopped {
         if scanned {
             let _ = writeln!(

@@ -4,7 +4,7 @@
 //! it walks the environment string in place and copies the one string-valued option into a
 //! fixed buffer.
 
-use crate::analysis::reach::Class;
+use crate::analysis::reach::{Class, Heuristic};
 use crate::diag::Out;
 use core::cell::UnsafeCell;
 
@@ -30,6 +30,8 @@ pub struct Options {
     pub leak_report: bool,
     /// Which leak classes the report lists, as a set of `reach::Class::bit`s.
     pub leak_show: u8,
+    /// memcheck's heuristics the report applies, as a set of `reach::Heuristic::bit`s.
+    pub leak_heuristics: u8,
     pub report_file: [u8; PATH_MAX],
     /// Exit status to use when the leak report finds leaks; None keeps the program's.
     pub leak_exitcode: Option<i32>,
@@ -88,6 +90,11 @@ static TABLE: &[Spec] = &[
         name: "leak-show",
         kind: Kind::Value("LIST", set_leak_show),
         help: "leak classes the report lists, +-separated: definite, indirect, possible, reachable or all (default definite+indirect+possible)",
+    },
+    Spec {
+        name: "leak-heuristics",
+        kind: Kind::Value("LIST", set_leak_heuristics),
+        help: "interior pointers that count as reaching a block's start, as valgrind's --leak-check-heuristics: stdstring, length64, newarray, multipleinheritance, +-separated, or all (the default) or none",
     },
     Spec {
         name: "report-file",
@@ -168,6 +175,17 @@ fn set_leak_show(o: &mut Options, v: &[u8]) -> bool {
     true
 }
 
+/// The heuristics a `leak-heuristics` word names, `+`-separated as for `leak-show`.
+fn set_leak_heuristics(o: &mut Options, v: &[u8]) -> bool {
+    match core::str::from_utf8(v).ok().map(Heuristic::parse_set) {
+        Some(Ok(set)) => {
+            o.leak_heuristics = set;
+            true
+        }
+        _ => false,
+    }
+}
+
 const SHOW_ALL: u8 = 0b1111;
 
 /// valgrind's default for --show-leak-kinds: every class but still reachable.
@@ -196,6 +214,7 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     unwinder: Unwinder::Fast,
     leak_report: false,
     leak_show: SHOW_DEFAULT,
+    leak_heuristics: Heuristic::DEFAULT,
     report_file: [0; PATH_MAX],
     leak_exitcode: None,
     freeres: true,

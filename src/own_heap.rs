@@ -26,6 +26,11 @@ pub fn enter_emergency() {
     EMERGENCY.store(true, Ordering::SeqCst);
 }
 
+/// Whether the heap has switched to the emergency pages (a report from a fatal signal).
+pub fn in_emergency() -> bool {
+    EMERGENCY.load(Ordering::Relaxed)
+}
+
 fn emergency_alloc(layout: Layout) -> *mut u8 {
     loop {
         let cur = BUMP.load(Ordering::Acquire);

@@ -73,6 +73,29 @@ fn scan(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// Every mapping of the process, for the exit report's roots (see `analysis::roots`). Unlike
+/// `mapping_containing` it allocates, so the report calls it before it stops the other threads.
+pub fn all() -> Vec<crate::analysis::roots::Mapping> {
+    let text = std::fs::read_to_string("/proc/thread-self/maps")
+        .or_else(|_| std::fs::read_to_string("/proc/self/maps"))
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            let (start, end) = f.next()?.split_once('-')?;
+            let perms = f.next()?.as_bytes();
+            let path = f.nth(3).unwrap_or("");
+            Some(crate::analysis::roots::Mapping {
+                start: usize::from_str_radix(start, 16).ok()?,
+                end: usize::from_str_radix(end, 16).ok()?,
+                readable: perms.first() == Some(&b'r'),
+                writable: perms.get(1) == Some(&b'w'),
+                special: path.starts_with('['),
+            })
+        })
+        .collect()
+}
+
 /// A streaming parser of `/proc/PID/maps` lines that stops at the mapping holding `addr`. Only
 /// each line's leading `start-end` matters; the rest is skipped up to the newline.
 struct Parser {

@@ -9,3 +9,4 @@
 
 pub mod arena;
 pub mod reach;
+pub mod roots;

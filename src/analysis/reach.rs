@@ -16,8 +16,12 @@
 //!    definitely-lost head, and a cycle with no way in has one definite block and the rest
 //!    indirect.
 //!
-//! The gdb side implements the same rules over a core file; the two must agree on the same
-//! process, and both agree with valgrind on the same program.
+//! An interior pointer that one of memcheck's four heuristics accepts counts as a start pointer
+//! (`Heuristic`): valgrind's default, `--leak-check-heuristics=all`. The blocks so reached are
+//! still reachable, and reports say how many each heuristic reached.
+//!
+//! The exit report and the launcher (over a core or a running process) both classify with this
+//! code, and both agree with valgrind on the same program.
 
 /// The class of one block, in valgrind's words.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
@@ -190,14 +194,161 @@ impl Blocks {
         self.starts.len()
     }
 
-    /// Block `i`'s first byte.
-    pub fn start(&self, i: usize) -> usize {
-        self.starts[i]
+    /// Whether any block lies (even in part) in `[start, end)`.
+    pub fn any_in(&self, start: usize, end: usize) -> bool {
+        let i = self.starts.partition_point(|&s| s < end);
+        i > 0 && self.ends[i - 1] > start
+    }
+
+    /// The address ranges of the tables of block addresses this holds, which a scan of the
+    /// process that holds them must not take for references to the blocks.
+    pub fn buffers(&self) -> [(usize, usize); 2] {
+        let range = |v: &Vec<usize>| (v.as_ptr() as usize, v.as_ptr() as usize + 8 * v.capacity());
+        [range(&self.starts), range(&self.ends)]
+    }
+
+    /// Calls `emit` with the stretches of `[start, end)` that no block covers.
+    pub fn gaps(&self, start: usize, end: usize, emit: &mut dyn FnMut(usize, usize)) {
+        let mut i = self.starts.partition_point(|&s| s < start);
+        let mut at = if i > 0 { self.ends[i - 1].max(start) } else { start };
+        while i < self.starts.len() && self.starts[i] < end {
+            if self.starts[i] > at {
+                emit(at, self.starts[i]);
+            }
+            at = at.max(self.ends[i]);
+            i += 1;
+        }
+        if at < end {
+            emit(at, end);
+        }
     }
 
     pub fn range(&self, i: usize) -> (usize, usize) {
         (self.starts[i], self.ends[i])
     }
+}
+
+/// memcheck's heuristics (mc_leakcheck.c, `heuristic_reachedness`): interior pointers that real
+/// programs keep to the blocks they own, accepted as reaching the block's start.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Heuristic {
+    /// libstdc++'s old reference-counted string: length, capacity and count words, then the
+    /// characters, which the pointer points to.
+    StdString,
+    /// A block whose first 8 bytes hold the size of the rest, handed out past them (sqlite's
+    /// allocator).
+    Length64,
+    /// `new T[n]` for a T with a destructor: n first, the pointer past it.
+    NewArray,
+    /// A pointer to a second base of an object: the word it points to and the block's first word
+    /// both point into vtables.
+    MultipleInheritance,
+}
+
+impl Heuristic {
+    /// In valgrind's order, the one it tries them in and prints them in.
+    pub const ALL: [Heuristic; 4] = [
+        Heuristic::StdString,
+        Heuristic::Length64,
+        Heuristic::NewArray,
+        Heuristic::MultipleInheritance,
+    ];
+
+    /// valgrind's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Heuristic::StdString => "stdstring",
+            Heuristic::Length64 => "length64",
+            Heuristic::NewArray => "newarray",
+            Heuristic::MultipleInheritance => "multipleinheritance",
+        }
+    }
+
+    pub const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    /// The set every side uses unless told otherwise: all four, as valgrind's default.
+    pub const DEFAULT: u8 = 0b1111;
+
+    /// A set from valgrind's spelling: `all`, `none`, or names separated by commas (or by `+`,
+    /// as DMEM_OPTS separates its options with commas). The error names the word that is not
+    /// one of them.
+    pub fn parse_set(text: &str) -> Result<u8, &str> {
+        match text {
+            "all" => return Ok(Heuristic::DEFAULT),
+            "none" => return Ok(0),
+            _ => {}
+        }
+        let mut set = 0;
+        for word in text.split([',', '+']) {
+            match Heuristic::ALL.iter().find(|h| h.name() == word) {
+                Some(h) => set |= h.bit(),
+                None => return Err(word),
+            }
+        }
+        Ok(set)
+    }
+
+    fn from_index(i: u8) -> Option<Heuristic> {
+        Heuristic::ALL.get(i.checked_sub(1)? as usize).copied()
+    }
+}
+
+/// What a classification reads besides the words it scans: single words of blocks, for the
+/// heuristics, and whether an address lies in a C++ vtable.
+pub trait Source {
+    /// Calls `emit` with the aligned words stored in `[start, end)`, in runs as long as it can
+    /// read at once (one call per run rather than per word keeps the scan at memory speed).
+    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize]));
+
+    /// The word at `addr` (8-byte aligned), if readable.
+    fn word(&mut self, addr: usize) -> Option<usize>;
+
+    /// Whether `addr` lies inside a vtable (a `_ZTV` symbol's object), for the
+    /// multipleinheritance heuristic; a source that cannot tell says no.
+    fn is_vtable(&mut self, _addr: usize) -> bool {
+        false
+    }
+}
+
+/// Which of the heuristics in `set` accepts `ptr`, an interior pointer into block `[start,
+/// end)`, as memcheck decides it.
+fn heuristic_for<S: Source>(set: u8, ptr: usize, start: usize, end: usize, src: &mut S) -> Option<Heuristic> {
+    const W: usize = 8;
+    let size = end - start;
+    let on = |h: Heuristic| set & h.bit() != 0;
+    if on(Heuristic::StdString) && ptr == start + 3 * W {
+        if let Some(capacity) = src.word(start + W) {
+            if 3 * W + capacity.wrapping_add(1) == size && src.word(start).is_some_and(|len| len <= capacity)
+            {
+                return Some(Heuristic::StdString);
+            }
+        }
+    }
+    if on(Heuristic::Length64) && ptr == start + W {
+        if let Some(n) = src.word(start) {
+            if n > 0 && size - W == n {
+                return Some(Heuristic::Length64);
+            }
+        }
+    }
+    if on(Heuristic::NewArray) && ptr == start + W {
+        if let Some(n) = src.word(start) {
+            if n > 0 && (size - W).is_multiple_of(n) {
+                return Some(Heuristic::NewArray);
+            }
+        }
+    }
+    if on(Heuristic::MultipleInheritance) && ptr.is_multiple_of(W) && ptr + W <= end {
+        let plausible = |a: usize| a.is_multiple_of(W) && a >= 4096;
+        if let (Some(inner), Some(first)) = (src.word(ptr), src.word(start)) {
+            if plausible(inner) && plausible(first) && src.is_vtable(inner) && src.is_vtable(first) {
+                return Some(Heuristic::MultipleInheritance);
+            }
+        }
+    }
+    None
 }
 
 const UNSEEN: u8 = 0;
@@ -210,6 +361,9 @@ const INDIRECT: u8 = 4;
 /// it stops the other threads, and `classify` then allocates nothing.
 pub struct Marker {
     state: Vec<u8>,
+    /// For each block, 1 + the index in `Heuristic::ALL` of the heuristic that last accepted an
+    /// interior pointer to it, or 0: memcheck's `heuristic` field, kept by its rules.
+    heuristic: Vec<u8>,
     work: Vec<usize>,
 }
 
@@ -219,55 +373,88 @@ impl Marker {
     pub fn new(n: usize) -> Marker {
         Marker {
             state: Vec::with_capacity(n),
+            heuristic: Vec::with_capacity(n),
             work: Vec::with_capacity(2 * n + 1),
         }
     }
 
-    /// Classifies every block; `classes()` then reads the result. `scan(start, end, emit)` must
-    /// call `emit` with the aligned words stored in `[start, end)`, in runs as long as it can
-    /// read at once (one call per run rather than per word keeps the scan at memory speed): it
-    /// is how memory is read, so the same rules serve in-process and over a core. `values` are roots that are not in
-    /// memory (a core's registers).
-    pub fn classify<S>(&mut self, blocks: &Blocks, roots: &[(usize, usize)], values: &[usize], mut scan: S)
-    where
-        S: FnMut(usize, usize, &mut dyn FnMut(&[usize])),
-    {
+    /// Classifies every block; `class()` then reads the result. Memory is read through `src`,
+    /// so the same rules serve in-process and over a core. `values` are roots that are not in
+    /// memory (a core's registers). `heuristics` is a set of `Heuristic` bits.
+    pub fn classify<S: Source>(
+        &mut self,
+        blocks: &Blocks,
+        roots: &[(usize, usize)],
+        values: &[usize],
+        heuristics: u8,
+        src: &mut S,
+    ) {
         let state = &mut self.state;
+        let heur = &mut self.heuristic;
         let work = &mut self.work;
         state.clear();
         state.resize(blocks.len(), UNSEEN);
+        heur.clear();
+        heur.resize(blocks.len(), 0);
         work.clear();
 
-        // A pointer found in memory whose owner is a root or a reachable block (`sure`), or in a
-        // possibly-lost block.
-        let mark = |w: usize, sure: bool, state: &mut Vec<u8>, work: &mut Vec<usize>| {
+        // A word `w` found in memory whose owner is a root or a reachable block (`sure`), or a
+        // possibly-lost block: memcheck's lc_push_without_clique_if_a_chunk_ptr.
+        let mark = |w: usize,
+                    sure: bool,
+                    state: &mut Vec<u8>,
+                    heur: &mut Vec<u8>,
+                    work: &mut Vec<usize>,
+                    src: &mut S| {
             let Some(j) = blocks.find(w) else { return };
-            if sure && w == blocks.start(j) {
-                if state[j] != REACHABLE {
-                    state[j] = REACHABLE;
-                    work.push(j);
+            let (start, end) = blocks.range(j);
+            if state[j] == REACHABLE {
+                // Reached through its start after a heuristic: it no longer counts as reached
+                // by the heuristic.
+                if w == start {
+                    heur[j] = 0;
                 }
+                return;
+            }
+            let via_start = if w == start {
+                true
+            } else if heuristics != 0 {
+                let h = heuristic_for(heuristics, w, start, end, src);
+                heur[j] = h.map_or(0, |h| h as u8 + 1);
+                h.is_some()
+            } else {
+                false
+            };
+            if via_start && sure {
+                state[j] = REACHABLE;
+                work.push(j);
             } else if state[j] == UNSEEN {
                 state[j] = POSSIBLE;
                 work.push(j);
             }
         };
         for &(s, e) in roots {
-            scan(s, e, &mut |ws| {
-                ws.iter().for_each(|&w| mark(w, true, state, work))
-            });
+            let mut run = |ws: &[usize], src: &mut S| {
+                for &w in ws {
+                    mark(w, true, state, heur, work, src);
+                }
+            };
+            scan_with(src, s, e, &mut run);
         }
         for &w in values {
-            mark(w, true, state, work);
+            mark(w, true, state, heur, work, src);
         }
         while let Some(i) = work.pop() {
             let (s, e) = blocks.range(i);
             // A block queued as possibly lost and upgraded since is queued again; scanning it
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
-            scan(s, e, &mut |ws| {
-                ws.iter().for_each(|&w| mark(w, sure, state, work))
-            });
+            let mut run = |ws: &[usize], src: &mut S| {
+                for &w in ws {
+                    mark(w, sure, state, heur, work, src);
+                }
+            };
+            scan_with(src, s, e, &mut run);
         }
 
         // Cliques over what is left, in address order.
@@ -279,7 +466,7 @@ impl Marker {
             work.push(head);
             while let Some(i) = work.pop() {
                 let (s, e) = blocks.range(i);
-                scan(s, e, &mut |ws| {
+                src.scan(s, e, &mut |ws| {
                     for &w in ws {
                         let Some(j) = blocks.find(w) else { continue };
                         match state[j] {
@@ -298,6 +485,14 @@ impl Marker {
         }
     }
 
+    /// The heuristic that made block `i` still reachable, if one did.
+    pub fn heuristic(&self, i: usize) -> Option<Heuristic> {
+        if self.state[i] != REACHABLE {
+            return None;
+        }
+        Heuristic::from_index(self.heuristic[i])
+    }
+
     /// The class of block `i` after `classify`.
     pub fn class(&self, i: usize) -> Class {
         match self.state[i] {
@@ -306,6 +501,23 @@ impl Marker {
             DEFINITE => Class::DefinitelyLost,
             _ => Class::IndirectlyLost,
         }
+    }
+}
+
+/// Scans `[start, end)` of `src` with `run`, which also gets `src` back for the heuristics'
+/// reads: the words of a run are copied out first, so `src` is free again while they are marked.
+fn scan_with<S: Source>(src: &mut S, start: usize, end: usize, run: &mut dyn FnMut(&[usize], &mut S)) {
+    let mut at = (start + 7) & !7;
+    let mut buf = [0usize; 256];
+    while at + 8 <= end {
+        let stop = end.min(at + 8 * buf.len());
+        let mut n = 0;
+        src.scan(at, stop, &mut |ws| {
+            buf[n..n + ws.len()].copy_from_slice(ws);
+            n += ws.len();
+        });
+        run(&buf[..n], src);
+        at = stop;
     }
 }
 
@@ -333,14 +545,92 @@ mod tests {
         }
         let mut m = Marker::new(n);
         let roots = [(0x100, 0x100 + 8 * root_to.len())];
-        m.classify(&blocks, &roots, &[], |s, e, f| {
-            for a in (s..e).step_by(8) {
-                if let Some(&w) = mem.get(&a) {
-                    f(&[w]);
-                }
-            }
-        });
+        m.classify(&blocks, &roots, &[], Heuristic::DEFAULT, &mut Words(mem));
         (0..n).map(|i| m.class(i)).collect()
+    }
+
+    /// Memory as a map of the words that are not zero; vtables at 0x9000..0xa000.
+    struct Words(HashMap<usize, usize>);
+
+    impl Source for Words {
+        fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+            for a in (start..end).step_by(8) {
+                emit(&[self.0.get(&a).copied().unwrap_or(0)]);
+            }
+        }
+        fn word(&mut self, addr: usize) -> Option<usize> {
+            Some(self.0.get(&addr).copied().unwrap_or(0))
+        }
+        fn is_vtable(&mut self, addr: usize) -> bool {
+            (0x9000..0xa000).contains(&addr)
+        }
+    }
+
+    /// One block of `size` bytes at 0x1000 holding `words` from its start, and a root word
+    /// pointing `offset` bytes into it: its class and the heuristic that reached it, with the
+    /// heuristics in `set`.
+    fn one(size: usize, words: &[usize], offset: usize, set: u8) -> (Class, Option<Heuristic>) {
+        let mut mem = HashMap::new();
+        for (k, &w) in words.iter().enumerate() {
+            mem.insert(0x1000 + 8 * k, w);
+        }
+        mem.insert(0x100, 0x1000 + offset);
+        let mut blocks = Blocks::with_capacity(1);
+        blocks.push(0x1000, 0x1000 + size);
+        let mut m = Marker::new(1);
+        m.classify(&blocks, &[(0x100, 0x108)], &[], set, &mut Words(mem));
+        (m.class(0), m.heuristic(0))
+    }
+
+    #[test]
+    fn each_heuristic_accepts_its_shape_only() {
+        use Class::*;
+        use Heuristic::*;
+        let all = Heuristic::DEFAULT;
+        // stdstring: length 5, capacity 15, count; characters at +24; 24 + 15 + 1 bytes.
+        assert_eq!(one(40, &[5, 15, 0], 24, all), (StillReachable, Some(StdString)));
+        assert_eq!(
+            one(40, &[16, 15, 0], 24, all),
+            (PossiblyLost, None),
+            "length above capacity"
+        );
+        assert_eq!(
+            one(48, &[5, 15, 0], 24, all),
+            (PossiblyLost, None),
+            "size does not fit"
+        );
+        // length64: the rest's size first.
+        assert_eq!(one(72, &[64], 8, all), (StillReachable, Some(Length64)));
+        // newarray: 3 elements of 8 bytes (which length64 does not take: 24 != 32 - 8 + 8).
+        assert_eq!(one(32, &[3], 8, all), (StillReachable, Some(NewArray)));
+        assert_eq!(
+            one(40, &[3], 8, all),
+            (PossiblyLost, None),
+            "32 bytes are not 3 elements"
+        );
+        assert_eq!(one(32, &[0], 8, all), (PossiblyLost, None), "no elements");
+        // multipleinheritance: the second base's vtable pointer at +16, the first at +0.
+        assert_eq!(
+            one(32, &[0x9010, 7, 0x9810, 0], 16, all),
+            (StillReachable, Some(MultipleInheritance))
+        );
+        assert_eq!(one(32, &[0x9010, 7, 0x5000, 0], 16, all), (PossiblyLost, None));
+        // Each only when asked for.
+        assert_eq!(one(72, &[64], 8, 0), (PossiblyLost, None));
+        assert_eq!(
+            one(72, &[64], 8, Heuristic::parse_set("stdstring,newarray").unwrap()),
+            (StillReachable, Some(NewArray))
+        );
+        // A start pointer is no heuristic.
+        assert_eq!(one(72, &[64], 0, all), (StillReachable, None));
+    }
+
+    #[test]
+    fn heuristic_sets_parse_as_valgrind_spells_them() {
+        assert_eq!(Heuristic::parse_set("all"), Ok(15));
+        assert_eq!(Heuristic::parse_set("none"), Ok(0));
+        assert_eq!(Heuristic::parse_set("length64,stdstring"), Ok(3));
+        assert_eq!(Heuristic::parse_set("length64,bogus"), Err("bogus"));
     }
 
     /// Blocks per class: definitely, indirectly, possibly lost, still reachable.

@@ -132,6 +132,11 @@ pub struct ImageArgs {
     /// memory is then read as it is, without stopping it again
     #[arg(long, value_name = "FILE")]
     pub registers: Option<PathBuf>,
+    /// For the commands that classify blocks (leaks, why, and --leaks): memcheck's heuristics
+    /// that accept an interior pointer as reaching a block, comma-separated: stdstring,
+    /// length64, newarray, multipleinheritance, or all (the default, as valgrind's) or none
+    #[arg(long, value_name = "LIST", value_parser = parse_heuristics)]
+    pub heuristics: Option<u8>,
 }
 
 /// The filters of the listing commands, and --json.
@@ -199,6 +204,11 @@ pub struct AddrArgs {
     /// summary --help')
     #[arg(long, value_name = "FILE")]
     pub registers: Option<PathBuf>,
+    /// For the commands that classify blocks (leaks, why, and --leaks): memcheck's heuristics
+    /// that accept an interior pointer as reaching a block, comma-separated: stdstring,
+    /// length64, newarray, multipleinheritance, or all (the default, as valgrind's) or none
+    #[arg(long, value_name = "LIST", value_parser = parse_heuristics)]
+    pub heuristics: Option<u8>,
     /// Print one JSON document instead of text
     #[arg(long)]
     pub json: bool,
@@ -317,6 +327,13 @@ pub struct Classes(pub Vec<crate::analysis::reach::Class>);
 
 /// A list of leak classes: definite, indirect, possible, reachable or all, separated by commas
 /// or `+`, in the order output lists them.
+/// A `--heuristics` list, as valgrind's `--leak-check-heuristics` spells it.
+pub fn parse_heuristics(s: &str) -> Result<u8, String> {
+    crate::analysis::reach::Heuristic::parse_set(s).map_err(|w| {
+        format!("'{w}' is no heuristic: stdstring, length64, newarray, multipleinheritance, all or none")
+    })
+}
+
 pub fn parse_show(s: &str) -> Result<Classes, String> {
     use crate::analysis::reach::Class;
     let mut chosen = Vec::new();

@@ -67,6 +67,7 @@ pub fn main(args: cli::DemoArgs) -> Result<i32> {
     println!("$ dmem report ./driver {core_name}");
     let summary = crate::commands::heap::summary(cli::ListArgs {
         image: cli::ImageArgs {
+            heuristics: None,
             image: vec![driver.clone().into_os_string(), core.clone().into_os_string()],
             registers: None,
         },

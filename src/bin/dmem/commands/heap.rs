@@ -321,7 +321,7 @@ pub fn addr_words(args: &cli::AddrArgs) -> Result<(Vec<std::ffi::OsString>, u64)
 
 pub fn whatis(args: cli::AddrArgs) -> Result<String> {
     let (words, addr) = addr_words(&args)?;
-    let mut ins = Inspect::open_words(&words, args.registers.as_deref(), Need::Snapshot)?;
+    let mut ins = Inspect::open_words(&words, args.registers.as_deref(), args.heuristics, Need::Snapshot)?;
     let found = ins.heap.find(addr);
     let Some((i, within)) = found else {
         let l = &ins.image.layout;

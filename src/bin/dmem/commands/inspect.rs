@@ -4,6 +4,7 @@
 //! (or the registers of a debugger that holds it stopped).
 #![forbid(unsafe_code)]
 
+use crate::analysis::reach::Heuristic;
 use crate::cli::{show, ImageArgs};
 use crate::model::frames::Namer;
 use crate::model::heap::Heap;
@@ -28,6 +29,8 @@ pub struct Inspect {
     pub namer: Namer,
     /// How long dmem kept the process stopped, if it stopped one.
     pub pause: Option<Duration>,
+    /// The heuristics the classification applies (`Heuristic` bits).
+    pub heuristics: u8,
 }
 
 /// Whether a command needs the image to hold still (every thread's registers and a consistent
@@ -40,10 +43,15 @@ pub enum Need {
 
 impl Inspect {
     pub fn open(args: &ImageArgs, need: Need) -> Result<Inspect> {
-        Inspect::open_words(&args.image, args.registers.as_deref(), need)
+        Inspect::open_words(&args.image, args.registers.as_deref(), args.heuristics, need)
     }
 
-    pub fn open_words(words: &[OsString], registers: Option<&Path>, need: Need) -> Result<Inspect> {
+    pub fn open_words(
+        words: &[OsString],
+        registers: Option<&Path>,
+        heuristics: Option<u8>,
+        need: Need,
+    ) -> Result<Inspect> {
         let target = Target::parse(words)?;
         let mut image = Image::open(&target)?;
         let mut pause = None;
@@ -84,6 +92,7 @@ impl Inspect {
             heap,
             namer,
             pause,
+            heuristics: heuristics.unwrap_or(Heuristic::DEFAULT),
         })
     }
 
@@ -100,8 +109,8 @@ impl Inspect {
     /// The loaded objects, the roots and every block's class.
     pub fn classify(&mut self) -> (Vec<Loaded>, Roots, Classified) {
         let objects = roots::loaded(&self.image.maps);
-        let r = roots::gather(&self.image, &objects);
-        let c = leaks::classify(&*self.image.mem, &self.heap, &r);
+        let r = roots::gather(&self.image, &objects, &self.heap);
+        let c = leaks::classify(&*self.image.mem, &self.heap, &r, &objects, self.heuristics);
         (objects, r, c)
     }
 

@@ -3,7 +3,7 @@
 //! indirectly and possibly lost, and still reachable.
 #![forbid(unsafe_code)]
 
-use crate::analysis::reach::Class;
+use crate::analysis::reach::{Class, Heuristic};
 use crate::cli;
 use crate::commands::heap::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
@@ -46,11 +46,15 @@ struct Scan {
 
 impl Scan {
     fn open(image: &cli::ImageArgs) -> Result<Scan> {
-        Scan::open_words(&image.image, image.registers.as_deref())
+        Scan::open_words(&image.image, image.registers.as_deref(), image.heuristics)
     }
 
-    fn open_words(words: &[std::ffi::OsString], registers: Option<&std::path::Path>) -> Result<Scan> {
-        let mut ins = Inspect::open_words(words, registers, Need::Still)?;
+    fn open_words(
+        words: &[std::ffi::OsString],
+        registers: Option<&std::path::Path>,
+        heuristics: Option<u8>,
+    ) -> Result<Scan> {
+        let mut ins = Inspect::open_words(words, registers, heuristics, Need::Still)?;
         let (objects, roots, c) = ins.classify();
         if let Some(line) = ins.pause_line() {
             eprintln!("{line}");
@@ -150,6 +154,7 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             by_class(&scan, &mine)
         })
         .collect();
+    let via = via_heuristic(&scan, &every);
     if f.json {
         #[derive(Serialize)]
         struct Total {
@@ -188,6 +193,8 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             show: Vec<&'static str>,
             #[serde(flatten)]
             classes: BTreeMap<String, Count>,
+            /// Of the still-reachable blocks, those a heuristic reached, by heuristic.
+            reachable_via_heuristic: BTreeMap<&'static str, Count>,
             total: Total,
             stacks: Vec<Row>,
             roots: RootsJson,
@@ -239,6 +246,10 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             command: "leaks",
             show: shown.iter().map(|&c| show_word(c)).collect(),
             classes: counts(totals),
+            reachable_via_heuristic: via
+                .iter()
+                .map(|&(h, blocks, bytes)| (h.name(), Count { blocks, bytes }))
+                .collect(),
             total: Total {
                 stacks: groups.len(),
                 blocks: groups.iter().map(|g| g.blocks).sum(),
@@ -277,7 +288,31 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
         .map(|(c, (n, z))| format!("{}: {z} bytes in {}", c.name(), plural(n, "block")))
         .collect();
     out.push(format!("total: {}", total.join("; ")));
+    if !via.is_empty() {
+        let parts: Vec<String> = via
+            .iter()
+            .map(|(h, n, z)| format!("{}: {z} bytes in {}", h.name(), plural(*n, "block")))
+            .collect();
+        out.push(format!(
+            "of which still reachable via heuristic: {}",
+            parts.join("; ")
+        ));
+    }
     Ok(lines(out))
+}
+
+/// The still-reachable blocks of `sel` that a heuristic reached: (heuristic, blocks, bytes) for
+/// each heuristic that reached any, in valgrind's order.
+fn via_heuristic(scan: &Scan, sel: &[usize]) -> Vec<(Heuristic, u64, u64)> {
+    Heuristic::ALL
+        .iter()
+        .map(|&h| {
+            let mine = sel.iter().filter(|&&i| scan.c.heuristic[i] == Some(h));
+            let bytes = mine.clone().map(|&i| scan.ins.heap.blocks[i].size).sum();
+            (h, mine.count() as u64, bytes)
+        })
+        .filter(|v| v.1 > 0)
+        .collect()
 }
 
 /// The classes a command looks at: --show's, else the lost ones with --leaks, else None (every
@@ -664,7 +699,7 @@ const WHY_ENDS: usize = 4;
 
 pub fn why(args: cli::AddrArgs) -> Result<String> {
     let (words, addr) = heap::addr_words(&args)?;
-    let mut scan = Scan::open_words(&words, args.registers.as_deref())?;
+    let mut scan = Scan::open_words(&words, args.registers.as_deref(), args.heuristics)?;
     let Some((k, _)) = scan.ins.heap.find(addr) else {
         if args.json {
             #[derive(Serialize)]

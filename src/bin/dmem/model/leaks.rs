@@ -2,9 +2,10 @@
 //! in `analysis::reach`), and the chains of references `dmem why` shows.
 #![forbid(unsafe_code)]
 
-use crate::analysis::reach::{Blocks, Class, Marker};
+use crate::analysis::reach::{Blocks, Class, Heuristic, Marker, Source};
 use crate::model::heap::Heap;
-use crate::model::roots::{Kind, Roots};
+use crate::model::names::{Names, Vtables};
+use crate::model::roots::{Kind, Loaded, Roots};
 use crate::source::memory::Memory;
 use std::collections::VecDeque;
 
@@ -42,13 +43,54 @@ pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u
 /// Every block's class, and what could not be read on the way.
 pub struct Classified {
     pub class: Vec<Class>,
+    /// The heuristic that made each block still reachable, if one did.
+    pub heuristic: Vec<Option<Heuristic>>,
     /// Roots (by index) that could not be read whole.
     pub unread_roots: Vec<usize>,
     /// Blocks whose contents could not be read whole.
     pub unread_blocks: usize,
 }
 
-pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Classified {
+/// An image's memory as the shared classification reads it.
+struct Scan<'a> {
+    mem: &'a dyn Memory,
+    /// Vtables of the loaded objects, looked up only when the multipleinheritance heuristic
+    /// asks (reading every object's symbols costs more than most scans).
+    objects: &'a [Loaded],
+    vtables: Option<Vtables>,
+    /// Ranges that could not be read whole.
+    unread: Vec<(usize, usize)>,
+}
+
+impl Source for Scan<'_> {
+    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+        if !scan_words(self.mem, start as u64, end as u64, &mut |_, ws| emit(ws)) {
+            self.unread.push((start, end));
+        }
+    }
+
+    fn word(&mut self, addr: usize) -> Option<usize> {
+        self.mem.u64_at(addr as u64).ok().map(|w| w as usize)
+    }
+
+    fn is_vtable(&mut self, addr: usize) -> bool {
+        let objects = self.objects;
+        self.vtables
+            .get_or_insert_with(|| Names::new(objects).vtables())
+            .lookup(addr as u64)
+            .is_some()
+    }
+}
+
+/// Classifies every block of `heap` from `roots`, with the heuristics in `heuristics` (a set of
+/// `Heuristic` bits).
+pub fn classify(
+    mem: &dyn Memory,
+    heap: &Heap,
+    roots: &Roots,
+    objects: &[Loaded],
+    heuristics: u8,
+) -> Classified {
     let blocks = blocks_of(heap);
     let mut ranges = Vec::new();
     let mut values = Vec::new();
@@ -58,26 +100,38 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Classified {
             _ => ranges.push((r.start as usize, r.end as usize)),
         }
     }
-    let mut unread = Vec::new();
+    let mut scan = Scan {
+        mem,
+        objects,
+        vtables: None,
+        unread: Vec::new(),
+    };
     let mut marker = Marker::new(blocks.len());
-    marker.classify(&blocks, &ranges, &values, |s, e, emit| {
-        if !scan_words(mem, s as u64, e as u64, &mut |_, ws| emit(ws)) {
-            unread.push((s, e));
-        }
-    });
+    marker.classify(&blocks, &ranges, &values, heuristics, &mut scan);
     let class: Vec<Class> = (0..blocks.len()).map(|i| marker.class(i)).collect();
-    let is_root = |(s, e): (usize, usize)| ranges.contains(&(s, e));
+    let heuristic = (0..blocks.len()).map(|i| marker.heuristic(i)).collect();
+    // The mark reads roots in pieces: a root is unread if some piece inside it was.
+    let inside = |(s, e): (usize, usize), (rs, re): (usize, usize)| rs <= s && e <= re;
+    let unread = scan.unread;
     let unread_roots = roots
         .roots
         .iter()
         .enumerate()
         .filter(|(_, r)| !matches!(r.kind, Kind::Register(_)))
-        .filter(|(_, r)| unread.contains(&(r.start as usize, r.end as usize)))
+        .filter(|(_, r)| {
+            let root = (r.start as usize, r.end as usize);
+            unread.iter().any(|&u| inside(u, root))
+        })
         .map(|(i, _)| i)
         .collect();
-    let unread_blocks = unread.iter().filter(|&&r| !is_root(r)).count();
+    let unread_blocks = unread
+        .iter()
+        .filter(|&&u| blocks.find(u.0).is_some_and(|j| inside(u, blocks.range(j))))
+        .filter(|&&u| !ranges.iter().any(|&r| inside(u, r)))
+        .count();
     Classified {
         class,
+        heuristic,
         unread_roots,
         unread_blocks,
     }
@@ -112,7 +166,7 @@ impl Graph {
                             word: Some(at + 8 * k as u64),
                             value: w as u64,
                             target: t,
-                            start: blocks.start(t) == w,
+                            start: blocks.range(t).0 == w,
                         });
                     }
                 }
@@ -134,7 +188,7 @@ impl Graph {
                         word: None,
                         value: v,
                         target: t,
-                        start: blocks.start(t) == v as usize,
+                        start: blocks.range(t).0 == v as usize,
                     })
                     .into_iter()
                     .collect(),

@@ -13,6 +13,8 @@
 #![forbid(unsafe_code)]
 
 use crate::analysis::arena::{self, Words};
+use crate::analysis::roots as extra;
+use crate::model::heap::Heap;
 use crate::source::elf::ElfObject;
 use crate::source::image::Image;
 use crate::source::mappings::Mappings;
@@ -154,6 +156,9 @@ impl Words for ImageWords<'_> {
     }
 }
 
+/// Whether cores and processes get the exit report's roots of the program's own memory.
+const EXTRA_ROOTS: bool = false;
+
 /// The allocator's own state to leave out of the roots, and a note when glibc's main_arena was
 /// not found.
 fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<String>) {
@@ -215,7 +220,7 @@ fn without(start: u64, end: u64, holes: &[Excluded]) -> Vec<(u64, u64)> {
 }
 
 /// The roots of `image`, whose threads must be known (a core's notes, or a stopped process).
-pub fn gather(image: &Image, objects: &[Loaded]) -> Roots {
+pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
     let (mut excluded, notes) = allocator_state(objects, mem);
     let mut roots = Vec::new();
@@ -269,6 +274,43 @@ pub fn gather(image: &Image, objects: &[Loaded]) -> Roots {
                     what: format!("register {name} of thread {}", t.tid),
                     start: 0,
                     end: 0,
+                });
+            }
+        }
+    }
+    // Writable memory of the program's own that holds no block (see analysis::roots).
+    let blocks = crate::model::leaks::blocks_of(heap);
+    let sps: Vec<usize> = image.threads.iter().map(|t| t.sp() as usize).collect();
+    let regions = mem.regions();
+    let taken: Vec<Excluded> = roots
+        .iter()
+        .filter(|r| !matches!(r.kind, Kind::Register(_)))
+        .map(|r| Excluded {
+            start: r.start,
+            end: r.end,
+            what: String::new(),
+        })
+        .chain(excluded.iter().cloned())
+        .collect();
+    let words = ImageWords(mem);
+    let glibc = !objects
+        .iter()
+        .any(|o| ALLOCATOR_LIBS.iter().any(|p| o.name.starts_with(p)));
+    // Not applied to cores and processes yet: in a core, libdmem's own memory is not told
+    // apart from the program's, and it keeps every block reachable.
+    let regions = if EXTRA_ROOTS { regions } else { Vec::new() };
+    for i in 0..regions.len() {
+        let mut parts = Vec::new();
+        extra::extra_roots(&regions, i, &blocks, &sps, &words, glibc, &mut |s, e| {
+            parts.push((s, e))
+        });
+        for (s, e) in parts {
+            for (a, b) in without(s as u64, e as u64, &taken) {
+                roots.push(Root {
+                    kind: Kind::Data,
+                    what: format!("writable memory at {a:#x}"),
+                    start: a,
+                    end: b,
                 });
             }
         }

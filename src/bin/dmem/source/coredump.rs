@@ -26,6 +26,8 @@ struct Load {
     vaddr: u64,
     offset: u64,
     filesz: u64,
+    /// The mapping's size in the process.
+    memsz: u64,
     /// PF_R, PF_W, PF_X.
     flags: u32,
 }
@@ -100,6 +102,7 @@ impl CoreDump {
                         filesz: ph
                             .p_filesz(endian)
                             .min((data.len() as u64).saturating_sub(ph.p_offset(endian))),
+                        memsz: ph.p_memsz(endian),
                         flags: ph.p_flags(endian).0,
                     })
                 }
@@ -222,6 +225,20 @@ impl CoreDump {
 impl Memory for CoreDump {
     /// Straight from the mapped core, no copy: the segments' bytes, and for what a segment
     /// left out, the mapped file's.
+    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+        // One segment per mapping, as the kernel and gdb write cores.
+        self.loads
+            .iter()
+            .map(|l| crate::analysis::roots::Mapping {
+                start: l.vaddr as usize,
+                end: (l.vaddr + l.memsz) as usize,
+                readable: l.flags & object::elf::PF_R.0 != 0,
+                writable: l.flags & object::elf::PF_W.0 != 0,
+                special: false,
+            })
+            .collect()
+    }
+
     fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {
         let mut all = true;
         let mut at = start;

@@ -41,6 +41,20 @@ impl Mappings {
     }
 
     /// The mapping that holds `addr`.
+    /// The mappings as the rule of roots in `analysis::roots` sees them.
+    pub fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+        self.list
+            .iter()
+            .map(|m| crate::analysis::roots::Mapping {
+                start: m.start as usize,
+                end: m.end as usize,
+                readable: m.readable,
+                writable: m.writable,
+                special: m.special.is_some(),
+            })
+            .collect()
+    }
+
     pub fn find(&self, addr: u64) -> Option<&Mapping> {
         let i = self.list.partition_point(|m| m.start <= addr);
         let m = self.list.get(i.checked_sub(1)?)?;

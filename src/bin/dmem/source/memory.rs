@@ -74,6 +74,12 @@ pub trait Memory {
     fn extent(&self, _addr: u64) -> Option<(u64, u64)> {
         None
     }
+
+    /// Every mapping (a core's segments), sorted, for the rule of roots in
+    /// `analysis::roots`; empty where unknown.
+    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+        Vec::new()
+    }
 }
 
 /// A hasher for addresses: one multiplication. Keys are addresses read by this process, not
@@ -258,6 +264,12 @@ impl Memory for LiveMemory {
         m.readable.then_some((m.start, m.end))
     }
 
+    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+        crate::source::mappings::Mappings::of_process(self.pid)
+            .map(|maps| maps.regions())
+            .unwrap_or_default()
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         let mut done = 0usize;
         while done < buf.len() {
@@ -318,6 +330,8 @@ pub struct CopiedMemory {
     /// Runs of pages copied, sorted by address, none overlapping.
     runs: Vec<(u64, Vec<u8>)>,
     live: LiveMemory,
+    /// The mappings when copied.
+    maps: crate::source::mappings::Mappings,
 }
 
 impl CopiedMemory {
@@ -361,7 +375,11 @@ impl CopiedMemory {
             }
             runs.extend(run.filter(|(_, b)| !b.is_empty()));
         }
-        Ok(CopiedMemory { runs, live })
+        Ok(CopiedMemory {
+            runs,
+            live,
+            maps: maps.clone(),
+        })
     }
 
     /// The copied bytes from `addr` to the end of its run.
@@ -404,6 +422,10 @@ impl Memory for CopiedMemory {
 
     fn extent(&self, addr: u64) -> Option<(u64, u64)> {
         self.live.extent(addr)
+    }
+
+    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+        self.maps.regions()
     }
 }
 
