@@ -296,14 +296,6 @@ fn own_extra_roots(objs: &Objects, blocks: &Blocks, live: &[Live]) -> Vec<(usize
     let mut holes: Vec<(usize, usize)> = objs.data.iter().chain(&objs.libc_data).copied().collect();
     holes.push(buffer(live.as_ptr().cast(), core::mem::size_of_val(live)));
     holes.extend(blocks.buffers());
-    // The signal stack the report may be running on (a fatal signal's report): its frames hold
-    // block addresses.
-    // SAFETY: stack_t is plain data, valid zeroed.
-    let mut alt: libc::stack_t = unsafe { core::mem::zeroed() };
-    // SAFETY: sigaltstack with a null new stack only writes the current one into `alt`.
-    if unsafe { libc::sigaltstack(core::ptr::null(), &mut alt) } == 0 && !alt.ss_sp.is_null() {
-        holes.push((alt.ss_sp as usize, alt.ss_sp as usize + alt.ss_size));
-    }
     for hole in holes {
         let mut cut = Vec::with_capacity(parts.len() + 1);
         for (s, e) in parts {
@@ -394,10 +386,7 @@ pub fn leak_report(entry: &Entry) -> usize {
             Seen::Stopped { sp, .. } | Seen::NotStopped { sp: Some(sp), .. } => holds(sp),
             _ => false,
         });
-        // The report's own stack too, which is not the program's when it runs in a signal
-        // handler on an alternate stack: its frames hold block addresses.
-        let here = core::hint::black_box(&s) as *const usize as usize;
-        !stack && !holds(own_sp) && !holds(here)
+        !stack && !holds(own_sp)
     });
     roots.extend_from_slice(&extra);
     let heuristics = options::get().leak_heuristics;

@@ -45,6 +45,25 @@ pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result
 }
 
 /// The groups of a selection.
+/// The `total` of a JSON listing by stack (summary, leaks): the stacks and their blocks and
+/// bytes.
+#[derive(Serialize)]
+pub struct StacksTotal {
+    stacks: usize,
+    blocks: u64,
+    bytes: u64,
+}
+
+impl StacksTotal {
+    pub fn of(groups: &[StackGroup]) -> StacksTotal {
+        StacksTotal {
+            stacks: groups.len(),
+            blocks: groups.iter().map(|g| g.blocks).sum(),
+            bytes: groups.iter().map(|g| g.bytes).sum(),
+        }
+    }
+}
+
 pub fn groups(ins: &Inspect, sel: &[usize]) -> Vec<StackGroup> {
     heap::group(sel.iter().map(|&i| &ins.heap.blocks[i]), &ins.heap.stacks)
 }
@@ -145,12 +164,6 @@ pub fn summary(args: cli::ListArgs) -> Result<String> {
     let shown = limited(&groups, f.limit);
     if f.json {
         #[derive(Serialize)]
-        struct Total {
-            stacks: usize,
-            blocks: u64,
-            bytes: u64,
-        }
-        #[derive(Serialize)]
         struct Row {
             rank: usize,
             blocks: u64,
@@ -162,7 +175,7 @@ pub fn summary(args: cli::ListArgs) -> Result<String> {
         struct Doc {
             format: u32,
             command: &'static str,
-            total: Total,
+            total: StacksTotal,
             stacks: Vec<Row>,
             problems: Vec<ProblemJson>,
         }
@@ -180,11 +193,7 @@ pub fn summary(args: cli::ListArgs) -> Result<String> {
         return Ok(dump(&Doc {
             format: JSON_FORMAT,
             command: "summary",
-            total: Total {
-                stacks: groups.len(),
-                blocks: count,
-                bytes: nbytes,
-            },
+            total: StacksTotal::of(&groups),
             stacks,
             problems: problems_json(&ins.heap.problems()),
         }));

@@ -7,7 +7,7 @@ use crate::analysis::reach::{Class, Heuristic};
 use crate::cli;
 use crate::commands::heap::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
-    BlockJson, ProblemJson, JSON_FORMAT,
+    BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
 };
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
@@ -157,12 +157,6 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
     let via = via_heuristic(&scan, &every);
     if f.json {
         #[derive(Serialize)]
-        struct Total {
-            stacks: usize,
-            blocks: u64,
-            bytes: u64,
-        }
-        #[derive(Serialize)]
         struct Row {
             rank: usize,
             blocks: u64,
@@ -195,7 +189,7 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             classes: BTreeMap<String, Count>,
             /// Of the still-reachable blocks, those a heuristic reached, by heuristic.
             reachable_via_heuristic: BTreeMap<&'static str, Count>,
-            total: Total,
+            total: StacksTotal,
             stacks: Vec<Row>,
             roots: RootsJson,
             notes: Vec<String>,
@@ -250,11 +244,7 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                 .iter()
                 .map(|&(h, blocks, bytes)| (h.name(), Count { blocks, bytes }))
                 .collect(),
-            total: Total {
-                stacks: groups.len(),
-                blocks: groups.iter().map(|g| g.blocks).sum(),
-                bytes: groups.iter().map(|g| g.bytes).sum(),
-            },
+            total: StacksTotal::of(&groups),
             stacks,
             roots,
             notes: scan.roots.notes.clone(),

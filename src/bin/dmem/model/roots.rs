@@ -278,7 +278,28 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             }
         }
     }
-    // Writable memory of the program's own that holds no block (see analysis::roots).
+    // Not applied to cores and processes yet: in a core, libdmem's own memory is not told
+    // apart from the program's, and it keeps every block reachable.
+    if EXTRA_ROOTS {
+        own_memory_roots(image, objects, heap, &excluded, &mut roots);
+    }
+    Roots {
+        roots,
+        excluded,
+        notes,
+    }
+}
+
+/// Writable memory of the program's own that holds no block (see analysis::roots), less what
+/// is a root or left out already.
+fn own_memory_roots(
+    image: &Image,
+    objects: &[Loaded],
+    heap: &Heap,
+    excluded: &[Excluded],
+    roots: &mut Vec<Root>,
+) {
+    let mem = &*image.mem;
     let blocks = crate::model::leaks::blocks_of(heap);
     let sps: Vec<usize> = image.threads.iter().map(|t| t.sp() as usize).collect();
     let regions = mem.regions();
@@ -296,9 +317,6 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let glibc = !objects
         .iter()
         .any(|o| ALLOCATOR_LIBS.iter().any(|p| o.name.starts_with(p)));
-    // Not applied to cores and processes yet: in a core, libdmem's own memory is not told
-    // apart from the program's, and it keeps every block reachable.
-    let regions = if EXTRA_ROOTS { regions } else { Vec::new() };
     for i in 0..regions.len() {
         let mut parts = Vec::new();
         extra::extra_roots(&regions, i, &blocks, &sps, &words, glibc, &mut |s, e| {
@@ -314,10 +332,5 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
                 });
             }
         }
-    }
-    Roots {
-        roots,
-        excluded,
-        notes,
     }
 }
