@@ -92,6 +92,7 @@ pub fn report(status: i32, way: Way, entry: &Entry) -> i32 {
         // follows.
         // SAFETY: fflush(NULL) flushes every stream.
         unsafe { libc::fflush(core::ptr::null_mut()) };
+        crate::exit_funcs::free_spent();
         if o.freeres {
             free_libc_buffers();
         }

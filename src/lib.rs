@@ -28,6 +28,8 @@ mod cxx;
 #[cfg(all(not(test), target_arch = "x86_64"))]
 mod dlhooks;
 #[cfg(not(test))]
+mod exit_funcs;
+#[cfg(not(test))]
 mod exits;
 #[cfg(not(test))]
 mod exports;

@@ -38,8 +38,10 @@ extern "C" fn constructor() {
         // loader's destructor runner: exit handlers run last-in first-out, so it runs after
         // every ELF destructor and every handler the program registered. on_exit, unlike
         // atexit, also hands us the exit status.
-        // SAFETY: `at_exit` has the signature on_exit expects and ignores its argument.
-        unsafe { on_exit(at_exit, core::ptr::null_mut()) };
+        // Its argument marks our entry in glibc's lists of exit handlers (see exit_funcs.rs).
+        let marker = &crate::exit_funcs::MARKER as *const u8 as *mut c_void;
+        // SAFETY: `at_exit` has the signature on_exit expects and never reads its argument.
+        unsafe { on_exit(at_exit, marker) };
     }
 }
 

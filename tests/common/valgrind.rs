@@ -20,12 +20,17 @@ pub type Summary = [(u64, u64); 4];
 /// Runs `valgrind --leak-check=full --show-leak-kinds=all prog args` without libdmem, within
 /// the tests' time limit, and reads its LEAK SUMMARY.
 pub fn summary(prog: &Path, args: &[&str]) -> Summary {
+    summary_with(prog, args, &[])
+}
+
+/// As `summary`, with exactly these variables as the environment.
+pub fn summary_with(prog: &Path, args: &[&str], envs: &[(String, String)]) -> Summary {
     let mut cmd = Command::new("valgrind");
     cmd.args(["--leak-check=full", "--show-leak-kinds=all"])
         .arg(prog)
         .args(args)
-        .env_remove("LD_PRELOAD")
-        .env_remove("DMEM_OPTS");
+        .env_clear()
+        .envs(envs.iter().map(|(k, v)| (k, v)));
     let out = run_limited(&mut cmd, LIMIT);
     let report = String::from_utf8_lossy(&out.stderr).into_owned();
     parse_summary(&report)

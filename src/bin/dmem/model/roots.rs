@@ -4,7 +4,8 @@
 //! Roots are, in this order: the writable segments (`.data`, `.bss`, `.got`) of every loaded
 //! object; then for each thread its stack from its stack pointer (less the 128-byte red zone)
 //! to the end of the memory that holds it, its static TLS and thread descriptor around its
-//! thread pointer, and its general registers. Left out:
+//! thread pointer, and its general registers; then the program's own writable memory that
+//! holds no block (an allocator of its own: see `analysis::roots`). Left out:
 //!
 //! * libdmem's own data: its list heads point at headers, never into blocks;
 //! * the allocator's own state, which is not the program's memory: glibc's `main_arena`, found
@@ -156,13 +157,16 @@ impl Words for ImageWords<'_> {
     }
 }
 
-/// Whether cores and processes get the exit report's roots of the program's own memory.
-const EXTRA_ROOTS: bool = false;
+/// The offset of `top` in glibc's `struct malloc_state`, after the mutex, the flags,
+/// have_fastchunks and the ten fastbins.
+const MAIN_ARENA_TOP: u64 = 96;
 
 /// The allocator's own state to leave out of the roots, and a note when glibc's main_arena was
 /// not found.
-fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<String>) {
+/// Also where main_arena starts, when it was found.
+fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<String>, Option<u64>) {
     let mut out = Vec::new();
+    let mut at = None;
     let mut notes = Vec::new();
     let backend: Vec<&Loaded> = objects
         .iter()
@@ -184,11 +188,14 @@ fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<
             .map(|&(s, e)| (s as usize, e as usize))
             .collect();
         match arena::main_arena(&ImageWords(mem), &segs) {
-            Some((s, e)) => out.push(Excluded {
-                start: s as u64,
-                end: e as u64,
-                what: format!("main_arena of {} (the allocator's own state)", o.name),
-            }),
+            Some((s, e)) => {
+                at = Some(s as u64);
+                out.push(Excluded {
+                    start: s as u64,
+                    end: e as u64,
+                    what: format!("main_arena of {} (the allocator's own state)", o.name),
+                })
+            }
             None if backend.is_empty() => notes.push(format!(
                 "glibc's main_arena was not found in the data of {}, so it was scanned as a root: a \
                  block only the allocator's bookkeeping points to counts as in use",
@@ -197,7 +204,7 @@ fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<
             None => {}
         }
     }
-    (out, notes)
+    (out, notes, at)
 }
 
 /// The parts of `[start, end)` outside every hole.
@@ -222,7 +229,7 @@ fn without(start: u64, end: u64, holes: &[Excluded]) -> Vec<(u64, u64)> {
 /// The roots of `image`, whose threads must be known (a core's notes, or a stopped process).
 pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
-    let (mut excluded, notes) = allocator_state(objects, mem);
+    let (mut excluded, notes, main_arena) = allocator_state(objects, mem);
     let mut roots = Vec::new();
     let mut tls = 0u64;
     for o in objects {
@@ -278,11 +285,7 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             }
         }
     }
-    // Not applied to cores and processes yet: in a core, libdmem's own memory is not told
-    // apart from the program's, and it keeps every block reachable.
-    if EXTRA_ROOTS {
-        own_memory_roots(image, objects, heap, &excluded, &mut roots);
-    }
+    own_memory_roots(image, objects, heap, &excluded, main_arena, &mut roots);
     Roots {
         roots,
         excluded,
@@ -297,12 +300,22 @@ fn own_memory_roots(
     objects: &[Loaded],
     heap: &Heap,
     excluded: &[Excluded],
+    main_arena: Option<u64>,
     roots: &mut Vec<Root>,
 ) {
     let mem = &*image.mem;
     let blocks = crate::model::leaks::blocks_of(heap);
     let sps: Vec<usize> = image.threads.iter().map(|t| t.sp() as usize).collect();
-    let regions = mem.regions();
+    let mut regions = mem.regions();
+    // A core does not name glibc's brk heap; it is the mapping that holds main_arena's top
+    // chunk. Its gaps between blocks are glibc's free chunks and libdmem's own memory.
+    if let Some(top) = main_arena.and_then(|a| mem.u64_at(a + MAIN_ARENA_TOP).ok()) {
+        for r in regions.iter_mut() {
+            if (r.start as u64..r.end as u64).contains(&top) {
+                r.special = true;
+            }
+        }
+    }
     let taken: Vec<Excluded> = roots
         .iter()
         .filter(|r| !matches!(r.kind, Kind::Register(_)))

@@ -1,0 +1,127 @@
+//! glibc's lists of exit handlers, as `exit` would leave them after ours.
+//!
+//! glibc keeps the handlers of `atexit`, `on_exit` and `__cxa_atexit` in blocks of 32
+//! (`struct exit_function_list`): a static first block, then one calloc'd block per further
+//! 32, each pushed in front of the older ones. `exit` runs them newest first and frees each
+//! calloc'd block once it is spent. Our handler was registered from libdmem's constructor, which
+//! the loader runs after the constructors of the libraries loaded after it; a C++ library with
+//! many static objects has registered more than 32 destructors by then, so our handler sits in
+//! a calloc'd block with older blocks behind it. Those older blocks' entries were spent already
+//! by `__cxa_finalize` when the loader ran the libraries' destructors, and `exit` would free the
+//! blocks right after our handler returned; but ours never returns (the process ends in
+//! `finish`). Freeing them here, as `exit` would, makes the report and the core hold what
+//! valgrind sees after `exit` is done.
+
+use crate::header::Header;
+use crate::lists::{self, LISTS};
+use crate::{engine, header};
+
+/// The argument our `on_exit` handler is registered with: its address marks our entry.
+pub static MARKER: u8 = 0;
+
+/// `sizeof(struct exit_function_list)`: `next`, `idx`, then 32 entries of four words (`flavor`,
+/// then for `on_exit` the mangled function and its argument).
+const LIST_BYTES: usize = 16 + 32 * 32;
+const ENTRIES: usize = 32;
+/// `enum { ef_free, ef_us, ef_on, ef_at, ef_cxa }`.
+const EF_FREE: u64 = 0;
+const EF_ON: u64 = 2;
+
+/// Words of a block of `LIST_BYTES`.
+type ListWords = [u64; LIST_BYTES / 8];
+
+fn words(user: u64) -> &'static ListWords {
+    // SAFETY: only called on live blocks of exactly LIST_BYTES, 16-aligned, that glibc wrote
+    // as exit_function_list; nobody frees them but exit, which is running our handler.
+    unsafe { &*(user as *const ListWords) }
+}
+
+fn entry(w: &ListWords, i: usize) -> (u64, u64) {
+    (w[2 + 4 * i], w[2 + 4 * i + 2])
+}
+
+/// Whether entries `0..idx` of a list are all spent (`exit` has nothing left to run there).
+fn spent_below(w: &ListWords, idx: usize) -> bool {
+    idx <= ENTRIES && (0..idx).all(|i| entry(w, i).0 == EF_FREE)
+}
+
+/// Blocks of LIST_BYTES looked at, at most: a program has a handful of exit lists.
+const MAX_LISTS: usize = 256;
+
+/// The live blocks of LIST_BYTES (the calloc'd exit lists among them), and which of them holds
+/// our entry, found by our marker.
+struct Candidates {
+    blocks: [u64; MAX_LISTS],
+    n: usize,
+    ours: Option<u64>,
+}
+
+impl Candidates {
+    fn gather() -> Candidates {
+        let marker = &MARKER as *const u8 as u64;
+        let mut c = Candidates {
+            blocks: [0; MAX_LISTS],
+            n: 0,
+            ours: None,
+        };
+        lists::lock_all();
+        for list in LISTS.iter() {
+            // SAFETY: every list lock is held, so the heads and links are stable and every
+            // header on a list is a live header.
+            let mut h: *mut Header = unsafe { *list.head.get() };
+            while !h.is_null() && c.n < MAX_LISTS {
+                // SAFETY: as above.
+                let hdr = unsafe { &*h };
+                if hdr.size() == LIST_BYTES && hdr.align_log2() == 0 {
+                    let user = header::to_user(h) as u64;
+                    c.blocks[c.n] = user;
+                    c.n += 1;
+                    let w = words(user);
+                    if (0..ENTRIES).any(|i| entry(w, i) == (EF_ON, marker)) {
+                        c.ours = Some(user);
+                    }
+                }
+                h = hdr.next;
+            }
+        }
+        lists::unlock_all();
+        c
+    }
+
+    /// Whether `p` is one of them: glibc's static first list, which ends the chain, is not.
+    fn has(&self, p: u64) -> bool {
+        self.blocks[..self.n].contains(&p)
+    }
+}
+
+/// Frees the spent lists behind ours, as `exit` would after our handler; to be called from our
+/// `on_exit` handler only.
+pub fn free_spent() {
+    let c = Candidates::gather();
+    let Some(ours) = c.ours else {
+        // Our entry is in glibc's static first list: nothing is behind it.
+        return;
+    };
+    let w = words(ours);
+    if !spent_below(w, w[1] as usize) {
+        return;
+    }
+    let mut next = w[0];
+    while c.has(next) {
+        let older = words(next);
+        if !spent_below(older, older[1] as usize) {
+            break;
+        }
+        let after = older[0];
+        // SAFETY: unlinking a spent list from the chain as exit would; `ours` is a live list
+        // block whose first word is `next`.
+        unsafe { *(ours as *mut u64) = after };
+        engine::release(next as *mut u8);
+        next = after;
+    }
+    if !c.has(next) {
+        // Every list behind ours is spent and gone, and so is ours: exit would free it too,
+        // leaving its own pointer to it dangling, which nothing reads after our handler.
+        engine::release(ours as *mut u8);
+    }
+}
