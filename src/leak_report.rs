@@ -13,8 +13,8 @@
 //! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
 
 use crate::analysis::arena::{self, Words};
-use crate::analysis::reach::{Blocks, Class, Heuristic, Marker, Source};
-use crate::analysis::roots::extra_roots;
+use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
+use crate::analysis::roots::{extra_roots, Mapping};
 use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
@@ -275,20 +275,19 @@ fn thread_roots(
 /// objects' data (see `analysis::roots`), less the objects' segments (roots already, or the
 /// allocator's state) and this report's own buffers of block addresses. Made before the stop;
 /// the parts that hold a stopped thread's stack pointer are dropped after it.
-fn own_extra_roots(objs: &Objects, blocks: &Blocks, live: &[Live]) -> Vec<(usize, usize)> {
+fn own_extra_roots(objs: &Objects, blocks: &Blocks, live: &[Live], maps: &[Mapping]) -> Vec<(usize, usize)> {
     // A report from a fatal signal keeps to the objects' data, stacks and TLS: its emergency
     // heap and the interrupted code's state are not told apart from the program's memory yet.
     if crate::own_heap::in_emergency() {
         return Vec::new();
     }
-    let maps = procmaps::all();
     let glibc = !objs.libc_data.is_empty();
     let mut parts = Vec::new();
     for i in 0..maps.len() {
         if unwind::is_own(maps[i].start) {
             continue;
         }
-        extra_roots(&maps, i, blocks, &[], &OwnMemory, glibc, &mut |s, e| {
+        extra_roots(maps, i, blocks, &[], &OwnMemory, glibc, &mut |s, e| {
             parts.push((s, e))
         });
     }
@@ -350,7 +349,14 @@ pub fn leak_report(entry: &Entry) -> usize {
     }
     blocks.index();
     let mut marker = Marker::new(live.len());
-    let mut extra = own_extra_roots(&objs, &blocks, &live);
+    // The process's mappings, sorted (the kernel lists them in order); empty in a report from
+    // a fatal signal, whose heap must not grow for them.
+    let maps = if crate::own_heap::in_emergency() {
+        Vec::new()
+    } else {
+        procmaps::all()
+    };
+    let mut extra = own_extra_roots(&objs, &blocks, &live, &maps);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
         objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2 + extra.len(),
@@ -395,7 +401,10 @@ pub fn leak_report(entry: &Entry) -> usize {
         &roots,
         &[],
         heuristics,
-        &mut OwnScan { checked: &checked },
+        &mut OwnScan {
+            checked: &checked,
+            maps: &maps,
+        },
     );
     world.release();
     lists::unlock_all();
@@ -419,6 +428,8 @@ struct OwnScan<'a> {
     /// Ranges (sorted) that may not be readable whole: stacks of threads that could not be
     /// stopped, read through the kernel.
     checked: &'a [(usize, usize)],
+    /// The mappings, sorted, for memcheck's test of a vtable.
+    maps: &'a [Mapping],
 }
 
 impl Source for OwnScan<'_> {
@@ -436,6 +447,12 @@ impl Source for OwnScan<'_> {
         let mut w = None;
         scan_words(addr, addr + 8, &mut |ws| w = ws.first().copied());
         w
+    }
+
+    /// Words of readable file-backed mappings only, by `is_vtable`'s rule.
+    fn is_vtable(&mut self, addr: usize) -> bool {
+        let maps = self.maps;
+        reach::is_vtable(maps, addr, &mut |a| self.word(a))
     }
 }
 

@@ -91,6 +91,8 @@ pub fn all() -> Vec<crate::analysis::roots::Mapping> {
                 readable: perms.first() == Some(&b'r'),
                 writable: perms.get(1) == Some(&b'w'),
                 special: path.starts_with('['),
+                file: path.starts_with('/'),
+                executable: perms.get(2) == Some(&b'x'),
             })
         })
         .collect()

@@ -184,3 +184,29 @@ fn cxx_vector_of_polymorphic_objects() {
 fn a_thread_that_blocks_every_signal_is_in_the_core_too() {
     compare("leakclass_blocked", false, [0, 0, 1, 50], &[]);
 }
+
+#[test]
+fn heuristics_reach_the_same_blocks_from_the_core() {
+    let Some(s) = compare(
+        "leakclass_heuristics",
+        true,
+        [0, 0, 2, 22],
+        &[
+            "dmem leaks --json --heuristics none",
+            "dmem leaks --json --heuristics stdstring,length64",
+        ],
+    ) else {
+        return;
+    };
+    // Blocks reached through each heuristic, as valgrind counts them on the same program.
+    assert_eq!(
+        gdbrun::json_query(
+            s.out(0),
+            "sorted((k, v['blocks']) for k, v in d['reachable_via_heuristic'].items())"
+        ),
+        "[('length64', 6), ('multipleinheritance', 5), ('newarray', 3), ('stdstring', 4)]"
+    );
+    // Without heuristics the 18 blocks are possibly lost; with two of them, only those reach.
+    assert_eq!(core_classes(&s, 2).map(|c| c.0), [0, 0, 20, 4]);
+    assert_eq!(core_classes(&s, 3).map(|c| c.0), [0, 0, 10, 14]);
+}

@@ -53,6 +53,8 @@ const CASES: &[Case] = &[
     case("leakclass_tls", &[], DTV, [5, 0, 1, 5]),
     case("leakclass_tls", &["worker-exits"], DTV, [5, 0, 1, 5]),
     case("leakclass_cxx", &[], &[], [1, 31, 0, 22]),
+    // 18 blocks held only through pointers memcheck's four heuristics accept.
+    case("leakclass_heuristics", &[], &[], [0, 0, 2, 22]),
     case("leakclass_blocked", &[], DTV, [0, 0, 1, 50]),
     // A worker blocked in read() holds a block on its stack; the main thread one in its TLS.
     case("leak_threads", &[], DTV, [0, 0, 1, 2]),
@@ -325,4 +327,80 @@ fn leak_exitcode_counts_possibly_lost_blocks() {
     );
     let out = run_limited(&mut with_dmem(fixture(case.name), &[], &opts, None), LIMIT);
     assert_eq!(out.status.code(), Some(23), "{}", status_text(&out.status));
+}
+
+/// Blocks and bytes per heuristic, by name, from valgrind's "of which reachable via heuristic"
+/// lines or the report's one line, each `NAME: B bytes in N blocks`.
+fn per_heuristic(lines: impl Iterator<Item = String>) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for part in lines {
+        let Some((name, counts)) = part.split_once(':') else {
+            continue;
+        };
+        let name = name.trim().to_owned();
+        let n = numbers(counts);
+        if ["stdstring", "length64", "newarray", "multipleinheritance"].contains(&name.as_str())
+            && n.len() == 2
+        {
+            out.push((name, n[1], n[0]));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// valgrind with `--leak-check-heuristics=SET` on the fixture: its summary and counts per
+/// heuristic.
+fn valgrind_with_heuristics(prog: &Path, set: &str) -> (Summary, Vec<(String, u64, u64)>) {
+    let mut cmd = std::process::Command::new("valgrind");
+    cmd.args(["--leak-check=full", "--show-leak-kinds=all"])
+        .arg(format!("--leak-check-heuristics={set}"))
+        .arg(prog)
+        .env_remove("LD_PRELOAD")
+        .env_remove("DMEM_OPTS");
+    let out = run_limited(&mut cmd, LIMIT);
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let sum = valgrind::parse_summary(&text).unwrap_or_else(|| panic!("no leak summary:\n{text}"));
+    let lines = text
+        .lines()
+        .map(|l| l.split_once("== ").map_or(l, |(_, r)| r).to_owned());
+    (sum, per_heuristic(lines))
+}
+
+#[test]
+fn each_heuristic_counts_as_valgrinds_and_can_be_switched_off() {
+    if !have_tool("valgrind") {
+        return;
+    }
+    let case = CASES.iter().find(|c| c.name == "leakclass_heuristics").unwrap();
+    let prog = fixture(case.name);
+    let mut failures = Vec::new();
+    for set in [
+        "all",
+        "none",
+        "stdstring,newarray",
+        "length64,multipleinheritance",
+    ] {
+        let (want, want_each) = valgrind_with_heuristics(&prog, set);
+        // DMEM_OPTS separates options with commas, and the heuristics with '+'.
+        let opts = format!("leak-show=all,leak-heuristics={}", set.replace(',', "+"));
+        let run = run_report(case, "leak_classes_heuristics", &opts, None);
+        let got = report_summary(&run.report);
+        failures.extend(compare(case, &want, &got).map(|w| format!("{set}: {w}")));
+        let got_each = per_heuristic(
+            run.report
+                .lines()
+                .filter_map(|l| l.strip_prefix("dmem: of which still reachable via heuristic: "))
+                .flat_map(|l| l.split("; ").map(str::to_owned).collect::<Vec<_>>()),
+        );
+        if got_each != want_each {
+            failures.push(format!(
+                "{set}: per heuristic {got_each:?}, valgrind {want_each:?}"
+            ));
+        }
+    }
+    // The fixture reaches blocks through every heuristic, so the comparison says something.
+    let (_, all) = valgrind_with_heuristics(&prog, "all");
+    assert_eq!(all.len(), 4, "valgrind's heuristics on the fixture: {all:?}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

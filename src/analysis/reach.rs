@@ -23,6 +23,8 @@
 //! The exit report and the launcher (over a core or a running process) both classify with this
 //! code, and both agree with valgrind on the same program.
 
+use crate::analysis::roots::Mapping;
+
 /// The class of one block, in valgrind's words.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum Class {
@@ -305,11 +307,48 @@ pub trait Source {
     /// The word at `addr` (8-byte aligned), if readable.
     fn word(&mut self, addr: usize) -> Option<usize>;
 
-    /// Whether `addr` lies inside a vtable (a `_ZTV` symbol's object), for the
-    /// multipleinheritance heuristic; a source that cannot tell says no.
+    /// Whether `addr` looks like a vtable's address, for the multipleinheritance heuristic
+    /// (see `is_vtable`); a source that cannot tell says no.
     fn is_vtable(&mut self, _addr: usize) -> bool {
         false
     }
+}
+
+/// Words memcheck looks at from a candidate vtable address for two function pointers.
+const VTABLE_MAX_CHECK: usize = 20;
+
+/// memcheck's test of a vtable address: `addr` lies in a readable file-backed mapping, and of
+/// the words from it (at most VTABLE_MAX_CHECK, and not past its mapping), the non-null ones
+/// point into executable file-backed mappings, at least two of them before any that does not.
+/// `maps` are sorted by address.
+pub fn is_vtable(maps: &[Mapping], addr: usize, word: &mut dyn FnMut(usize) -> Option<usize>) -> bool {
+    let find = |a: usize| {
+        let i = maps.partition_point(|m| m.start <= a);
+        i.checked_sub(1).map(|i| maps[i]).filter(|m| a < m.end)
+    };
+    let Some(m) = find(addr).filter(|m| m.file && m.readable) else {
+        return false;
+    };
+    let last = (addr + VTABLE_MAX_CHECK * 8).min(m.end - 8);
+    let mut functions = 0;
+    let mut at = addr;
+    while at <= last {
+        let Some(f) = word(at) else {
+            return false;
+        };
+        at += 8;
+        if f == 0 {
+            continue;
+        }
+        if !find(f).is_some_and(|m| m.file && m.executable) {
+            return false;
+        }
+        functions += 1;
+        if functions == 2 {
+            return true;
+        }
+    }
+    false
 }
 
 /// Which of the heuristics in `set` accepts `ptr`, an interior pointer into block `[start,

@@ -24,6 +24,10 @@ pub struct Mapping {
     /// A region of the kernel's or the main thread's stack (`[vvar]`, `[stack]`, ...), or
     /// glibc's brk heap `[heap]` (which holds blocks and glibc's free chunks).
     pub special: bool,
+    /// Backed by a file (a program or library's segments), and executable: what memcheck's
+    /// test of a vtable asks (see `reach::is_vtable`).
+    pub file: bool,
+    pub executable: bool,
 }
 
 /// glibc's non-main arenas take their heaps as mappings aligned to HEAP_MAX_SIZE (64 MiB on

@@ -110,7 +110,7 @@ impl Inspect {
     pub fn classify(&mut self) -> (Vec<Loaded>, Roots, Classified) {
         let objects = roots::loaded(&self.image.maps);
         let r = roots::gather(&self.image, &objects, &self.heap);
-        let c = leaks::classify(&*self.image.mem, &self.heap, &r, &objects, self.heuristics);
+        let c = leaks::classify(&*self.image.mem, &self.heap, &r, self.heuristics);
         (objects, r, c)
     }
 

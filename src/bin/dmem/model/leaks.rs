@@ -2,10 +2,10 @@
 //! in `analysis::reach`), and the chains of references `dmem why` shows.
 #![forbid(unsafe_code)]
 
-use crate::analysis::reach::{Blocks, Class, Heuristic, Marker, Source};
+use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
+use crate::analysis::roots::Mapping;
 use crate::model::heap::Heap;
-use crate::model::names::{Names, Vtables};
-use crate::model::roots::{Kind, Loaded, Roots};
+use crate::model::roots::{Kind, Roots};
 use crate::source::memory::Memory;
 use std::collections::VecDeque;
 
@@ -54,10 +54,8 @@ pub struct Classified {
 /// An image's memory as the shared classification reads it.
 struct Scan<'a> {
     mem: &'a dyn Memory,
-    /// Vtables of the loaded objects, looked up only when the multipleinheritance heuristic
-    /// asks (reading every object's symbols costs more than most scans).
-    objects: &'a [Loaded],
-    vtables: Option<Vtables>,
+    /// The mappings, sorted, read only when the multipleinheritance heuristic asks.
+    maps: Option<Vec<Mapping>>,
     /// Ranges that could not be read whole.
     unread: Vec<(usize, usize)>,
 }
@@ -74,23 +72,19 @@ impl Source for Scan<'_> {
     }
 
     fn is_vtable(&mut self, addr: usize) -> bool {
-        let objects = self.objects;
-        self.vtables
-            .get_or_insert_with(|| Names::new(objects).vtables())
-            .lookup(addr as u64)
-            .is_some()
+        let mem = self.mem;
+        let maps = self.maps.get_or_insert_with(|| {
+            let mut m = mem.regions();
+            m.sort_unstable_by_key(|m| m.start);
+            m
+        });
+        reach::is_vtable(maps, addr, &mut |a| mem.u64_at(a as u64).ok().map(|w| w as usize))
     }
 }
 
 /// Classifies every block of `heap` from `roots`, with the heuristics in `heuristics` (a set of
 /// `Heuristic` bits).
-pub fn classify(
-    mem: &dyn Memory,
-    heap: &Heap,
-    roots: &Roots,
-    objects: &[Loaded],
-    heuristics: u8,
-) -> Classified {
+pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) -> Classified {
     let blocks = blocks_of(heap);
     let mut ranges = Vec::new();
     let mut values = Vec::new();
@@ -102,8 +96,7 @@ pub fn classify(
     }
     let mut scan = Scan {
         mem,
-        objects,
-        vtables: None,
+        maps: None,
         unread: Vec::new(),
     };
     let mut marker = Marker::new(blocks.len());

@@ -235,6 +235,10 @@ impl Memory for CoreDump {
                 readable: l.flags & object::elf::PF_R.0 != 0,
                 writable: l.flags & object::elf::PF_W.0 != 0,
                 special: false,
+                // NT_FILE names each file-backed mapping; a segment starts where its mapping
+                // does.
+                file: self.files.iter().any(|f| f.start <= l.vaddr && l.vaddr < f.end),
+                executable: l.flags & object::elf::PF_X.0 != 0,
             })
             .collect()
     }

@@ -51,6 +51,8 @@ impl Mappings {
                 readable: m.readable,
                 writable: m.writable,
                 special: m.special.is_some(),
+                file: m.path.is_some(),
+                executable: m.executable,
             })
             .collect()
     }
