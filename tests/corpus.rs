@@ -10,8 +10,7 @@
 //! those too.
 
 mod common;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 #[path = "common/valgrind.rs"]
 mod valgrind;
 

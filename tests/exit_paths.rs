@@ -5,8 +5,7 @@
 //! command, and exit statuses against the bare run's.
 
 mod common;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 #[path = "common/valgrind.rs"]
 mod valgrind;
 
@@ -339,11 +338,7 @@ fn stderr_closed_at_start_is_never_written_later() {
             Ok(())
         });
     }
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .output()
-        .expect("spawn");
+    let out = common::output(&mut cmd);
     assert_eq!(out.status.code(), Some(2), "{}", status_text(&out.status));
     assert_eq!(std::fs::read_to_string(&own).unwrap(), "the program's own line\n");
     let text = std::fs::read_to_string(&report).unwrap();

@@ -8,8 +8,7 @@
 mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 
 use common::{fixture, lib_path, make_core, scratch_dir};
 use run::{assert_none, bare, limit_for, mismatch, run_limited, status_text, timed_out, with_dmem};

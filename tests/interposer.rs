@@ -6,8 +6,7 @@
 mod common;
 #[path = "common/elfcore.rs"]
 mod corefile;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 
 use corefile::{Core, Elf, SHT_DYNSYM, SHT_SYMTAB};
 use run::{assert_none, bare, limit_for, mismatch, run_limited, status_text, with_dmem, FORK_LIMIT, LIMIT};

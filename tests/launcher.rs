@@ -7,10 +7,10 @@ mod gdbrun;
 use common::{dmem, fixture, lib_path, make_core, reported_core, scratch_dir, text};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("spawn dmem")
+    common::output(cmd)
 }
 
 /// The last line of the driver's summary as text: the one block it leaked.

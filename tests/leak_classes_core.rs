@@ -7,8 +7,6 @@
 mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
-#[path = "common/run.rs"]
-mod run;
 #[path = "common/valgrind.rs"]
 mod valgrind;
 

@@ -8,8 +8,7 @@
 //! `leak-exitcode` counts possibly lost blocks as leaks.
 
 mod common;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 #[path = "common/valgrind.rs"]
 mod valgrind;
 

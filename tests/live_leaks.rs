@@ -6,8 +6,7 @@
 mod common;
 #[path = "common/live.rs"]
 mod live;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 
 use common::dmem;
 use live::{heartbeats, longest_gap, monotonic_ns, start, Target, LIMIT};

@@ -6,8 +6,7 @@
 //! the programs covered first run over every backend; the other tools over glibc's allocator.
 
 mod common;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 
 use run::{assert_none, bare, mismatch, run_limited, status_text, with_dmem, LIMIT};
 use std::fmt::Write as _;

@@ -7,11 +7,9 @@ mod common;
 mod elfcore;
 #[path = "common/gdb.rs"]
 mod gdbrun;
-#[path = "common/run.rs"]
-mod runlimit;
 
+use common::run::run_limited;
 use common::{dmem, fixture, lib_path, make_core, scratch_dir, text, which};
-use runlimit::run_limited;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -9,8 +9,7 @@ mod common;
 mod elfcore;
 #[path = "common/live.rs"]
 mod live;
-#[path = "common/run.rs"]
-mod run;
+use common::run;
 
 use common::dmem;
 use elfcore::{Elf, SHT_DYNSYM};

@@ -2,8 +2,11 @@
 //! program with the library preloaded, scratch directories and core files.
 #![allow(dead_code)]
 
+pub mod run;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// `libdmem.so` of the profile the tests were built with: the copy in `target/<profile>/deps`,
 /// which this very test build produced, else `target/<profile>/libdmem.so`.
@@ -94,8 +97,16 @@ pub fn preloaded(prog: impl AsRef<std::ffi::OsStr>, opts: &str, extra_preload: O
 }
 
 /// Runs a command to completion with no stdin, capturing output.
+/// How long one command of a test may run: far beyond any of them on a loaded machine, so only
+/// a hang meets it, and then fails the test instead of stalling the suite.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs `cmd` with no stdin, capturing its output; a run still going after `COMMAND_LIMIT` is
+/// killed with its process group and fails the test.
 pub fn output(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().expect("spawn")
+    let out = run::run_limited(cmd, COMMAND_LIMIT);
+    assert!(!run::timed_out(&out), "{cmd:?} hung:\n{}", text(&out.stderr));
+    out
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -93,7 +93,7 @@ pub fn with_dmem(
     opts: &str,
     backend: Option<&Path>,
 ) -> Command {
-    let mut cmd = super::common::preloaded(prog, opts, backend);
+    let mut cmd = super::preloaded(prog, opts, backend);
     cmd.args(args);
     cmd
 }

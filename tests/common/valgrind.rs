@@ -1,8 +1,8 @@
 //! valgrind as the oracle of the leak-class tests: the LEAK SUMMARY of a bare run of a fixture.
-//! A test including this also includes `common/run.rs` as `run`, whose time limit it uses.
+//! Its runs take `common::run`'s time limit.
 #![allow(dead_code)]
 
-use crate::run::{run_limited, LIMIT};
+use crate::common::run::{run_limited, LIMIT};
 use std::path::Path;
 use std::process::Command;
 
