@@ -9,8 +9,10 @@
  *   gdb_corrupt magic      b3's magic is overwritten
  *
  * It prints the header address of every block ("hdr K 0x...") for the test to look for, to
- * stdout and to the file named by the second argument, if any.
+ * stdout and to the file named by the second argument, if any ("-" for none). A third argument
+ * "crash" has it end by SIGSEGV instead, as a program whose overflow went on to crash it.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@ int main(int argc, char **argv)
         b[i] = malloc(300);
         memset(b[i], 'x', 300);
     }
-    FILE *report = argc > 2 ? fopen(argv[2], "w") : NULL;
+    FILE *report = argc > 2 && strcmp(argv[2], "-") != 0 ? fopen(argv[2], "w") : NULL;
     for (int i = 0; i < 5; i++) {
         printf("hdr %d %p\n", i, (void *)(b[i] - HEADER));
         if (report)
@@ -48,5 +50,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
+    if (argc > 3 && strcmp(argv[3], "crash") == 0)
+        raise(SIGSEGV);
     return 0;
 }

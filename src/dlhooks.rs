@@ -3,7 +3,7 @@
 //! The walker caches one rule per return address. Once an object is unloaded, another object can
 //! be mapped at the same addresses with different code, and the old rules would then walk its
 //! frames wrongly; so after every `dlclose` the cached rules are dropped (see
-//! `fastunwind::invalidate`). Loading needs no hook: an address the cache has not seen is looked
+//! `unwind::invalidate`). Loading needs no hook: an address the cache has not seen is looked
 //! up afresh. `dlopen` itself must not be interposed, since it searches the calling object's
 //! RPATH and RUNPATH and would see ours instead of the caller's.
 //!
@@ -12,7 +12,7 @@
 //! stack early or records wrong frames but never faults: every read of the walk stays on the
 //! thread's own stack.
 
-use crate::{fastunwind, thread};
+use crate::{thread, unwind};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -49,6 +49,6 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     };
     // SAFETY: forwarded unchanged; the caller's contract is glibc's.
     let rc = unsafe { real(handle) };
-    fastunwind::invalidate();
+    unwind::invalidate();
     rc
 }

@@ -13,8 +13,8 @@
 //! valgrind sees after `exit` is done.
 
 use crate::header::Header;
-use crate::lists::{self, LISTS};
-use crate::{engine, header};
+use crate::lists;
+use crate::{engine, header, procmaps};
 
 /// The argument our `on_exit` handler is registered with: its address marks our entry.
 pub static MARKER: u8 = 0;
@@ -65,25 +65,19 @@ impl Candidates {
             ours: None,
         };
         lists::lock_all();
-        for list in LISTS.iter() {
-            // SAFETY: every list lock is held, so the heads and links are stable and every
-            // header on a list is a live header.
-            let mut h: *mut Header = unsafe { *list.head.get() };
-            while !h.is_null() && c.n < MAX_LISTS {
-                // SAFETY: as above.
-                let hdr = unsafe { &*h };
-                if hdr.size() == LIST_BYTES && hdr.align_log2() == 0 {
-                    let user = header::to_user(h) as u64;
-                    c.blocks[c.n] = user;
-                    c.n += 1;
-                    let w = words(user);
-                    if (0..ENTRIES).any(|i| entry(w, i) == (EF_ON, marker)) {
-                        c.ours = Some(user);
-                    }
+        // A list the program broke ends its walk there (the report says so later).
+        let maps = procmaps::all();
+        lists::walk_locked(&|s, e| procmaps::readable(&maps, s, e), &mut |hdr| {
+            if c.n < MAX_LISTS && hdr.size() == LIST_BYTES && hdr.align_log2() == 0 {
+                let user = header::to_user(hdr as *const Header as *mut Header) as u64;
+                c.blocks[c.n] = user;
+                c.n += 1;
+                let w = words(user);
+                if (0..ENTRIES).any(|i| entry(w, i) == (EF_ON, marker)) {
+                    c.ours = Some(user);
                 }
-                h = hdr.next;
             }
-        }
+        });
         lists::unlock_all();
         c
     }

@@ -6,7 +6,7 @@
 //! nobody: the kernel ends the process without running any code of it.
 
 use crate::finish::{self, Way};
-use crate::leak_report::Entry;
+use crate::leak::Entry;
 use core::sync::atomic::{AtomicI32, Ordering};
 use libc::{c_int, c_void};
 

@@ -7,7 +7,7 @@
 //! to get here reports; the process ends here, with the raw `exit_group` system call, since
 //! libc's `_exit` is now our own export.
 
-use crate::leak_report::{self, Entry};
+use crate::leak::{self, Entry};
 use crate::{options, sink};
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -97,7 +97,7 @@ pub fn report(status: i32, way: Way, entry: &Entry) -> i32 {
             free_libc_buffers();
         }
     }
-    if o.leak_report && leak_report::leak_report(entry) > 0 {
+    if o.leak_report && leak::leak_report(entry) > 0 {
         return o.leak_exitcode.unwrap_or(status);
     }
     status

@@ -7,8 +7,6 @@ mod analysis;
 mod bootstrap;
 mod diag;
 mod engine;
-#[cfg(target_arch = "x86_64")]
-mod fastunwind;
 mod header;
 mod layout;
 mod lists;
@@ -17,8 +15,6 @@ mod procmaps;
 mod sink;
 mod spinlock;
 mod thread;
-#[cfg(target_arch = "x86_64")]
-mod thread_tables;
 mod unwind;
 
 // A unit-test binary must not replace its own allocator or run our constructor: the exports, the
@@ -36,15 +32,13 @@ mod exports;
 #[cfg(not(test))]
 mod finish;
 #[cfg(not(test))]
-mod leak_report;
+mod leak;
 #[cfg(not(test))]
 mod lifecycle;
 #[cfg(not(test))]
 mod own_heap;
 #[cfg(not(test))]
 mod signals;
-#[cfg(not(test))]
-mod stopworld;
 
 #[cfg(not(test))]
 #[global_allocator]

@@ -2,7 +2,7 @@
 //! does is `finish.rs`'s job).
 
 use crate::finish::{self, Way};
-use crate::leak_report::Entry;
+use crate::leak::Entry;
 use crate::{bootstrap, exits, lists, options, signals, sink, thread};
 use libc::c_void;
 

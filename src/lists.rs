@@ -6,7 +6,7 @@
 //! `spinlock.rs`). The heads are a static array so a debugger finds them through the layout
 //! descriptor.
 
-use crate::header::{self, Header, MAGIC_FREED, MAGIC_LIVE};
+use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_LIVE};
 use crate::spinlock::RawMutex;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -174,6 +174,87 @@ pub unsafe fn restore(hdr: *mut Header) {
     }
 }
 
+/// Why a walk stopped before a list's end: a heap overflow or a stray write broke a link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Broken {
+    /// The next header is not readable memory.
+    Unreadable,
+    /// The next header holds neither magic a header on a list can hold.
+    BadMagic(u32),
+    /// The next header's `prev` does not lead back: the list was rewired.
+    PrevMismatch,
+    /// The list is longer than its own count: it runs in a circle.
+    TooLong,
+}
+
+/// The first break met by `walk_locked`, and how many lists were broken.
+#[derive(Clone, Copy, Debug)]
+pub struct Break {
+    pub list: usize,
+    /// The header whose `next` could not be followed, and where that `next` pointed.
+    pub from: usize,
+    pub to: usize,
+    pub why: Broken,
+    pub lists: usize,
+}
+
+/// Visits every header on every list, checking each link before following it, so that a list
+/// broken by the program (the usual heap overflow writes over the header after a block) ends
+/// the walk of that list instead of the process. `readable(start, end)` says whether memory can
+/// be read. The caller holds every list lock (`lock_all`).
+///
+/// A linked header's magic is live, or freed for the moment between a failed realloc's
+/// `restore` and its magic store; anything else is a break.
+pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMut(&Header)) -> Option<Break> {
+    let mut first: Option<Break> = None;
+    for (i, list) in LISTS.iter().enumerate() {
+        // SAFETY: the caller holds every list lock, so heads, links and counters are stable.
+        let (mut h, count) = unsafe { (*list.head.get(), *list.live_blocks.get()) };
+        let mut from: *mut Header = core::ptr::null_mut();
+        let mut steps = 0u64;
+        while !h.is_null() {
+            let a = h as usize;
+            let why = if steps >= count {
+                Some(Broken::TooLong)
+            } else if !a.is_multiple_of(8) || !readable(a, a + HEADER_SIZE) {
+                Some(Broken::Unreadable)
+            } else {
+                // SAFETY: `h` is aligned and the whole header is readable (checked just above).
+                let hr = unsafe { &*h };
+                if hr.magic != MAGIC_LIVE && hr.magic != MAGIC_FREED {
+                    Some(Broken::BadMagic(hr.magic))
+                } else if hr.prev != from {
+                    Some(Broken::PrevMismatch)
+                } else {
+                    None
+                }
+            };
+            if let Some(why) = why {
+                match &mut first {
+                    Some(b) => b.lists += 1,
+                    None => {
+                        first = Some(Break {
+                            list: i,
+                            from: from as usize,
+                            to: a,
+                            why,
+                            lists: 1,
+                        })
+                    }
+                }
+                break;
+            }
+            // SAFETY: checked above.
+            let hr = unsafe { &*h };
+            visit(hr);
+            steps += 1;
+            from = h;
+            h = hr.next;
+        }
+    }
+    first
+}
+
 /// Before fork: take every lock so no other thread is half-way through a link when the child's
 /// copy of memory is made.
 pub fn lock_all() {
@@ -187,10 +268,10 @@ pub fn lock_all() {
 /// can never release it while the handler runs. On failure nothing stays locked.
 #[cfg(not(test))]
 pub fn try_lock_all_within(wait_ns: u64) -> bool {
-    let deadline = crate::stopworld::now_ns() as u64 + wait_ns;
+    let deadline = crate::leak::stopworld::now_ns() as u64 + wait_ns;
     for (i, l) in LISTS.iter().enumerate() {
         while !l.lock.try_lock() {
-            if crate::stopworld::now_ns() as u64 > deadline {
+            if crate::leak::stopworld::now_ns() as u64 > deadline {
                 for taken in &LISTS[..i] {
                     // SAFETY: taken by this loop just above, on this thread.
                     unsafe { taken.lock.unlock() };

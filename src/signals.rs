@@ -15,7 +15,7 @@
 //! report cannot end.
 
 use crate::finish::{self, Claim, Way};
-use crate::leak_report::Entry;
+use crate::leak::Entry;
 use crate::{lists, options, own_heap};
 use core::sync::atomic::{AtomicI32, Ordering};
 use libc::{c_int, c_void};

@@ -416,3 +416,75 @@ fn a_bad_percent_sequence_is_refused() {
         "{err}"
     );
 }
+
+/// A heap overflow that broke libdmem's own list (a next pointer into unmapped memory, a list
+/// rewired into a circle, a header's magic overwritten) ends the walk of that list: the report
+/// still comes, says where the list broke, and counts the blocks walked before the break; the
+/// program ends as it would have, by its `return` or by the crash that followed the overflow.
+#[test]
+fn a_list_broken_by_an_overflow_is_reported_where_it_broke() {
+    let prog = fixture("gdb_corrupt");
+    for crash in [false, true] {
+        for mode in ["unmapped", "cycle", "magic"] {
+            let dir = scratch_dir(&format!("exit_corrupt_{mode}_{crash}"));
+            let args = if crash {
+                vec![mode, "-", "crash"]
+            } else {
+                vec![mode]
+            };
+            let out = run_limited(
+                no_cores(with_dmem(&prog, &args, "leak-report,leak-show=all", None).current_dir(&dir)),
+                LIMIT,
+            );
+            let err = common::text(&out.stderr);
+            let stdout = common::text(&out.stdout);
+            let want_signal = if crash { Some(libc::SIGSEGV) } else { None };
+            assert_eq!(
+                signal_of(&out.status),
+                want_signal,
+                "{mode}: {}\n{err}",
+                status_text(&out.status)
+            );
+            if !crash {
+                assert_eq!(out.status.code(), Some(0), "{mode}:\n{err}");
+            }
+            let hdr = |k: usize| -> String {
+                let line = stdout
+                    .lines()
+                    .find(|l| l.starts_with(&format!("hdr {k} ")))
+                    .unwrap_or_else(|| panic!("no hdr {k}:\n{stdout}"));
+                line.rsplit(' ').next().unwrap().to_string()
+            };
+            // The list runs b4, b3, b2, b1, b0 (newest first).
+            let (from, to, why, walked) = match mode {
+                "unmapped" => (hdr(2), "0x10000".to_string(), "which is not readable", 3),
+                "cycle" => (hdr(1), hdr(3), "whose prev does not lead back", 4),
+                _ => (hdr(4), hdr(3), "whose magic is 0x41414141", 1),
+            };
+            let broke = err
+                .lines()
+                .find(|l| l.starts_with("dmem: the heap was overwritten: "))
+                .unwrap_or_else(|| panic!("{mode}: no line on the broken list:\n{err}"));
+            assert!(
+                broke.contains(&format!("header {from} on list "))
+                    && broke.contains(&format!(
+                        " leads to {to}, {why}; the blocks past it are not in this report"
+                    )),
+                "{mode}: {broke}"
+            );
+            // Groups of the fixture's 300-byte blocks: "N bytes in K block(s) ..." with N = 300 K.
+            let ours: u64 = err
+                .lines()
+                .filter_map(|l| {
+                    let w: Vec<&str> = l.split(' ').collect();
+                    let (n, k) = (w.first()?.parse::<u64>().ok()?, w.get(3)?.parse::<u64>().ok()?);
+                    (w.get(1) == Some(&"bytes") && n == 300 * k).then_some(k)
+                })
+                .sum();
+            assert_eq!(
+                ours, walked,
+                "{mode}, crash {crash}: blocks before the break:\n{err}"
+            );
+        }
+    }
+}

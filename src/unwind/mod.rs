@@ -6,11 +6,20 @@
 //! caller of the allocation function.
 //!
 //! Two unwinders, chosen with `unwinder=`: `fast`, the cached walker over the unwind tables in
-//! `fastunwind.rs`, and `backtrace`, the platform's `_Unwind_Backtrace`, which gives the same
+//! `fast.rs` (rules in `rules.rs` from the tables read by `objects.rs` and `tables.rs`), and `backtrace`, the platform's `_Unwind_Backtrace`, which gives the same
 //! frames at many times the cost and remains the fallback where the fast one cannot go.
 
 #[cfg(target_arch = "x86_64")]
-use crate::fastunwind;
+mod fast;
+#[cfg(target_arch = "x86_64")]
+mod objects;
+#[cfg(target_arch = "x86_64")]
+mod rules;
+#[cfg(target_arch = "x86_64")]
+mod tables;
+#[cfg(target_arch = "x86_64")]
+mod thread_tables;
+
 use crate::header::NFRAMES;
 #[cfg(target_arch = "x86_64")]
 use crate::options::Unwinder;
@@ -25,8 +34,8 @@ static OWN_HI: AtomicUsize = AtomicUsize::new(0);
 pub fn init() {
     #[cfg(target_arch = "x86_64")]
     {
-        fastunwind::init();
-        crate::thread_tables::init();
+        objects::init();
+        thread_tables::init(fast::forget_table);
     }
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
@@ -69,7 +78,7 @@ pub fn is_own(pc: usize) -> bool {
 
 /// Where a walk starts; see `here`.
 #[cfg(target_arch = "x86_64")]
-pub use fastunwind::Origin;
+pub use fast::Origin;
 
 /// Where a walk starts; only the cached walker uses it.
 #[cfg(not(target_arch = "x86_64"))]
@@ -82,7 +91,7 @@ pub struct Origin;
 #[inline(always)]
 pub fn here() -> Origin {
     #[cfg(target_arch = "x86_64")]
-    return fastunwind::here();
+    return fast::here();
     #[cfg(not(target_arch = "x86_64"))]
     Origin
 }
@@ -92,7 +101,7 @@ pub fn here() -> Origin {
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
     // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
     #[cfg(target_arch = "x86_64")]
-    if crate::options::get().unwinder == Unwinder::Fast && fastunwind::capture(from, out, is_own) {
+    if crate::options::get().unwinder == Unwinder::Fast && fast::capture(from, out, is_own) {
         return;
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -122,4 +131,11 @@ fn capture_backtrace(out: &mut [usize; NFRAMES]) {
             n < NFRAMES
         });
     }
+}
+
+/// Forgets the fast walker's cached rules: called after every dlclose, since another object
+/// may be mapped at the unloaded one's addresses.
+pub fn invalidate() {
+    #[cfg(target_arch = "x86_64")]
+    rules::invalidate();
 }

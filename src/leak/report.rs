@@ -1,6 +1,6 @@
 //! The leak report printed at exit (`leak-report`), in valgrind's four classes.
 //!
-//! Roots are the ones the gdb side reads from a core (gdb/dmemlib/roots.py): every thread's saved
+//! Roots are the ones the launcher reads from a core (`src/bin/dmem/model/roots.rs`): every thread's saved
 //! registers and its stack from its stack pointer (less the 128-byte red zone) to the top of the
 //! mapping that holds it, thread-local storage, and the writable segments of every loaded object
 //! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a
@@ -12,13 +12,13 @@
 //! without allocating, the threads are released and only then are the results grouped,
 //! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
 
+use super::stopworld::{self, Seen, World};
 use crate::analysis::arena::{self, Words};
 use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
 use crate::analysis::roots::{extra_roots, Mapping};
 use crate::diag::{self, Out};
 use crate::header::{self, Header, NFRAMES};
-use crate::lists::{self, LISTS};
-use crate::stopworld::{self, Seen, World};
+use crate::lists::{self, Broken, LISTS};
 use crate::{bootstrap, options, procmaps, sink, thread, unwind};
 use core::fmt::Write;
 use std::collections::HashMap;
@@ -32,32 +32,25 @@ struct Live {
     frames: [usize; NFRAMES],
 }
 
-/// Copies every live block out of the lists, sorted by address. The caller holds every list
-/// lock, so the copy is consistent and stays true until the locks are released.
-fn snapshot() -> Vec<Live> {
+/// Copies every live block out of the lists, sorted by address, and says where a list broken by
+/// the program stopped the copy. The caller holds every list lock, so the copy is consistent and
+/// stays true until the locks are released.
+fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Option<lists::Break>) {
     let n: u64 = LISTS
         .iter()
         // SAFETY: every list lock is held (see above), so the counters are stable.
         .map(|l| unsafe { *l.live_blocks.get() })
         .sum();
     let mut out = Vec::with_capacity(n as usize);
-    for list in LISTS.iter() {
-        // SAFETY: we hold every list lock, so heads and links are stable and every header on a
-        // list is a valid live header.
-        let mut h = unsafe { *list.head.get() };
-        while !h.is_null() {
-            // SAFETY: as above.
-            let hr: &Header = unsafe { &*h };
-            out.push(Live {
-                start: header::to_user(h) as usize,
-                size: hr.size(),
-                frames: hr.frames,
-            });
-            h = hr.next;
-        }
-    }
+    let broken = lists::walk_locked(&|s, e| procmaps::readable(maps, s, e), &mut |hr| {
+        out.push(Live {
+            start: header::to_user(hr as *const Header as *mut Header) as usize,
+            size: hr.size(),
+            frames: hr.frames,
+        })
+    });
     out.sort_unstable_by_key(|b| b.start);
-    out
+    (out, broken)
 }
 
 /// What the loaded objects contribute to the roots, read with `dl_iterate_phdr` before anything
@@ -342,20 +335,21 @@ pub fn leak_report(entry: &Entry) -> usize {
     let mut world = World::prepare();
     let objs = objects();
     lists::lock_all();
-    let live = snapshot();
+    // The process's mappings, sorted (the kernel lists them in order), read with the lists
+    // locked so that every block on them is in one; empty in a report from a fatal signal, whose
+    // heap must not grow for them.
+    let maps = if crate::own_heap::in_emergency() {
+        Vec::new()
+    } else {
+        procmaps::all()
+    };
+    let (live, broken) = snapshot(&maps);
     let mut blocks = Blocks::with_capacity(live.len());
     for b in &live {
         blocks.push(b.start, b.start + b.size);
     }
     blocks.index();
     let mut marker = Marker::new(live.len());
-    // The process's mappings, sorted (the kernel lists them in order); empty in a report from
-    // a fatal signal, whose heap must not grow for them.
-    let maps = if crate::own_heap::in_emergency() {
-        Vec::new()
-    } else {
-        procmaps::all()
-    };
     let mut extra = own_extra_roots(&objs, &blocks, &live, &maps);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
@@ -419,6 +413,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         &heuristic,
         show,
         &notes,
+        broken,
         glibc && arena.is_none(),
     )
 }
@@ -464,6 +459,7 @@ fn write_report(
     heuristic: &[Option<Heuristic>],
     show: u8,
     notes: &ThreadNotes,
+    broken: Option<lists::Break>,
     no_arena: bool,
 ) -> usize {
     #[derive(Default)]
@@ -539,6 +535,27 @@ fn write_report(
             out,
             "dmem: {} started during the mark and were neither stopped nor scanned",
             plural(notes.missed, "thread")
+        );
+    }
+    if let Some(b) = broken {
+        let why = match b.why {
+            Broken::Unreadable => "which is not readable".to_string(),
+            Broken::BadMagic(m) => format!("whose magic is {m:#x}"),
+            Broken::PrevMismatch => "whose prev does not lead back".to_string(),
+            Broken::TooLong => "past the list's count of blocks (a cycle)".to_string(),
+        };
+        let from = match b.from {
+            0 => format!("the head of list {}", b.list),
+            h => format!("header {h:#x} on list {}", b.list),
+        };
+        let _ = writeln!(
+            out,
+            "dmem: the heap was overwritten: {from} leads to {:#x}, {why}; the blocks past it{} are not in this report",
+            b.to,
+            match b.lists {
+                1 => String::new(),
+                n => format!(" and past breaks in {} more", plural(n - 1, "list")),
+            }
         );
     }
     if no_arena {

@@ -3,7 +3,7 @@
 //!
 //! Static TLS is carved out of every thread's stack, so the walker keeps only a small table of
 //! stack shapes there; a thread that allocates from many places borrows a larger one (see
-//! `fastunwind.rs`). The tables come from `mmap`, never from the backend allocator the library
+//! `fast.rs`). The tables come from `mmap`, never from the backend allocator the library
 //! wraps, and a thread-specific key's destructor puts a thread's table back on a free list when
 //! the thread exits, so there are never more tables than threads alive at once that asked for
 //! one. Neither lending nor returning waits for a lock: when the pool's lock is busy (or was held
@@ -12,7 +12,7 @@
 use crate::spinlock::RawMutex;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Bytes of every table: one size for all, so any free table fits any borrower.
 pub const TABLE_BYTES: usize = 48 * 1024;
@@ -34,9 +34,14 @@ static POOL: Pool = Pool {
 /// The key whose destructor returns a thread's table; valid once READY is set.
 static KEY: AtomicU32 = AtomicU32::new(0);
 static READY: AtomicBool = AtomicBool::new(false);
+/// What the borrower does when its thread exits, before the table goes back: given by `init`,
+/// so that this pool knows nothing of who borrows from it.
+static ON_RETURN: AtomicUsize = AtomicUsize::new(0);
 
-/// Creates the key. Called once while the library initialises, before any thread can borrow.
-pub fn init() {
+/// Creates the key. Called once while the library initialises, before any thread can borrow;
+/// `on_return` runs on an exiting thread before its table goes back to the pool.
+pub fn init(on_return: fn()) {
+    ON_RETURN.store(on_return as usize, Ordering::Relaxed);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: a valid out-pointer and destructor; pthread_key_create neither allocates nor takes
     // a lock that a thread inside malloc could hold.
@@ -115,6 +120,11 @@ fn map() -> Option<*mut u8> {
 /// The key's destructor, on the exiting thread: the thread forgets its table, which goes back to
 /// the pool. An allocation later in the thread's exit walks with the small table again.
 unsafe extern "C" fn give_back(table: *mut c_void) {
-    crate::fastunwind::forget_table();
+    let f = ON_RETURN.load(Ordering::Relaxed);
+    if f != 0 {
+        // SAFETY: `init` stored a `fn()` here; function pointers round-trip through usize.
+        let f = unsafe { core::mem::transmute::<usize, fn()>(f) };
+        f();
+    }
     put_free(table.cast());
 }
