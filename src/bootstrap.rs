@@ -6,7 +6,7 @@
 //! handed to the real free. Another thread that allocates while one thread resolves also uses the
 //! arena rather than waiting, so no lock order between us and the loader's lock can deadlock.
 
-use crate::{diag, layout, options, sink, unwind};
+use crate::{options, sink, unwind};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use libc::{c_int, c_void, size_t};
@@ -71,9 +71,6 @@ fn init_slow() -> Option<&'static Real> {
     let o = options::get();
     sink::init_files(&o.trace_file, o.trace_stderr, &o.report_file, o.append_files);
     unwind::init();
-    if options::get().record {
-        layout::FLAGS.fetch_or(layout::FLAG_RECORDING, Ordering::Relaxed);
-    }
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.
     unsafe { (*REAL.0.get()).as_ref() }
@@ -94,7 +91,7 @@ fn resolve() -> Real {
     let need = |name: &core::ffi::CStr| {
         let p = lookup(name);
         if p.is_null() {
-            diag::Out::stderr()
+            sink::stderr()
                 .str("dmem: cannot find the next definition of ")
                 .bytes(name.to_bytes())
                 .str(" (is the program statically linked?); aborting\n")

@@ -5,107 +5,9 @@
 //! `write(2)` per line: no allocation, no stdio, no locks beyond the kernel's.
 
 use crate::header::{Header, NFRAMES};
+use crate::out::Out;
 use crate::{sink, thread};
 use core::fmt::Write;
-
-const BUF: usize = 512;
-
-/// A line being assembled on the stack for one file descriptor. Output past the buffer is
-/// flushed in pieces, so nothing is lost, only split across writes.
-pub struct Out {
-    fd: i32,
-    len: usize,
-    buf: [u8; BUF],
-}
-
-impl Out {
-    pub fn to_fd(fd: i32) -> Out {
-        Out {
-            fd,
-            len: 0,
-            buf: [0; BUF],
-        }
-    }
-
-    /// Output meant for the program's standard error, through libdmem's private copy of it;
-    /// dropped when that is gone (see `sink.rs`).
-    pub fn stderr() -> Out {
-        Out::to_fd(sink::stderr_fd().unwrap_or(-1))
-    }
-
-    pub fn bytes(&mut self, b: &[u8]) -> &mut Out {
-        for chunk in b.chunks(BUF) {
-            if self.len + chunk.len() > BUF {
-                self.flush();
-            }
-            self.buf[self.len..self.len + chunk.len()].copy_from_slice(chunk);
-            self.len += chunk.len();
-        }
-        self
-    }
-
-    pub fn str(&mut self, s: &str) -> &mut Out {
-        self.bytes(s.as_bytes())
-    }
-
-    pub fn dec(&mut self, v: u64) -> &mut Out {
-        self.bytes(decimal(v, &mut [0; 20]))
-    }
-
-    pub fn hex(&mut self, v: usize) -> &mut Out {
-        let mut digits = [0u8; 18];
-        let mut i = digits.len();
-        let mut v = v;
-        loop {
-            i -= 1;
-            digits[i] = b"0123456789abcdef"[v & 15];
-            v >>= 4;
-            if v == 0 {
-                break;
-            }
-        }
-        i -= 2;
-        digits[i] = b'0';
-        digits[i + 1] = b'x';
-        self.bytes(&digits[i..])
-    }
-
-    /// A pointer the way glibc's `%p` prints it: `(nil)` for null.
-    pub fn ptr(&mut self, p: *const u8) -> &mut Out {
-        if p.is_null() {
-            self.str("(nil)")
-        } else {
-            self.hex(p as usize)
-        }
-    }
-
-    pub fn flush(&mut self) {
-        if self.fd >= 0 {
-            sink::write_all(self.fd, &self.buf[..self.len]);
-        }
-        self.len = 0;
-    }
-}
-
-/// `v` in decimal, written into the end of `buf`, without allocating.
-pub fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    &buf[i..]
-}
-
-impl Drop for Out {
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
 
 /// Whether trace lines are written: one load, for the entry points' fast path.
 #[inline(always)]
@@ -131,7 +33,7 @@ pub enum BadFree {
 /// allocated the block, then aborts unless `ignore` (`ignore-bad-free`) is set. Returns when
 /// ignoring.
 pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>, ignore: bool) {
-    let mut out = Out::stderr();
+    let mut out = sink::stderr();
     out.str("dmem: ").str(func).str("(").ptr(user).str("): ");
     match kind {
         BadFree::Foreign => {

@@ -3,8 +3,9 @@
 //! `engine.rs`. Each allocating one takes `unwind::here()` in its own frame, where the stack walk
 //! starts; the trace line after the call keeps that frame alive (no tail call) until it is done.
 
-use crate::diag::{self, Out};
+use crate::diag;
 use crate::engine;
+use crate::out::Out;
 use crate::unwind::{self, Origin};
 use libc::{c_int, c_void, size_t};
 

@@ -11,6 +11,7 @@ mod header;
 mod layout;
 mod lists;
 mod options;
+mod out;
 mod procmaps;
 mod sink;
 mod spinlock;

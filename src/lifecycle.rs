@@ -3,7 +3,7 @@
 
 use crate::finish::{self, Way};
 use crate::leak::Entry;
-use crate::{bootstrap, exits, lists, options, signals, sink, thread};
+use crate::{bootstrap, exits, layout, lists, options, signals, sink, thread};
 use libc::c_void;
 
 // SAFETY: glibc declares `int on_exit(void (*)(int, void *), void *)`; the libc crate lacks it.
@@ -24,6 +24,10 @@ extern "C" fn constructor() {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
     }
     finish::set_pid();
+    // Readers of the descriptor (a core, `dmem top`) refuse a process that records nothing.
+    if options::get().record {
+        layout::FLAGS.fetch_or(layout::FLAG_RECORDING, core::sync::atomic::Ordering::Relaxed);
+    }
     if sink::created_shared_files() {
         mark_files_created();
     }

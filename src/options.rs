@@ -5,7 +5,7 @@
 //! fixed buffer.
 
 use crate::analysis::reach::{Class, Heuristic};
-use crate::diag::Out;
+use crate::sink;
 use core::cell::UnsafeCell;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -264,7 +264,7 @@ pub fn parse() {
 }
 
 fn warn_bad(word: &[u8]) {
-    let mut out = Out::stderr();
+    let mut out = sink::stderr();
     out.str("dmem: ignoring unknown or malformed option '")
         .bytes(word)
         .str("' in DMEM_OPTS; valid options: ");
@@ -281,7 +281,7 @@ fn warn_bad(word: &[u8]) {
 }
 
 fn print_help() {
-    let mut out = Out::stderr();
+    let mut out = sink::stderr();
     out.str("dmem options (DMEM_OPTS=opt,opt,...):\n").flush();
     for s in TABLE {
         out.str("  ").str(s.name);

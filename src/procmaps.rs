@@ -14,6 +14,8 @@
 //! It costs one pass over the process's mappings (tens of microseconds for an ordinary program,
 //! more for one with thousands of mappings), so callers cache the answer per thread.
 
+use crate::analysis::maps::{Mapping, MapsLine};
+
 /// The `[start, end)` of the mapping that holds `addr`, or None when no mapping holds it or
 /// `/proc` cannot be read (not mounted, or a sandbox forbids it). errno is left as it was.
 pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
@@ -75,33 +77,19 @@ fn scan(addr: usize) -> Option<(usize, usize)> {
 
 /// Every mapping of the process, for the exit report's roots (see `analysis::roots`). Unlike
 /// `mapping_containing` it allocates, so the report calls it before it stops the other threads.
-pub fn all() -> Vec<crate::analysis::roots::Mapping> {
+pub fn all() -> Vec<Mapping> {
     let text = std::fs::read_to_string("/proc/thread-self/maps")
         .or_else(|_| std::fs::read_to_string("/proc/self/maps"))
         .unwrap_or_default();
     text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_ascii_whitespace();
-            let (start, end) = f.next()?.split_once('-')?;
-            let perms = f.next()?.as_bytes();
-            let path = f.nth(3).unwrap_or("");
-            Some(crate::analysis::roots::Mapping {
-                start: usize::from_str_radix(start, 16).ok()?,
-                end: usize::from_str_radix(end, 16).ok()?,
-                readable: perms.first() == Some(&b'r'),
-                writable: perms.get(1) == Some(&b'w'),
-                special: path.starts_with('['),
-                file: path.starts_with('/'),
-                executable: perms.get(2) == Some(&b'x'),
-            })
-        })
+        .filter_map(|l| Some(MapsLine::parse(l)?.region()))
         .collect()
 }
 
 /// Whether `[start, end)` can be read: inside one readable mapping of `maps` (sorted, as `all`
 /// gives them), or, with no maps at hand (a report from a fatal signal reads none), as the
 /// kernel finds it when asked to copy the range.
-pub fn readable(maps: &[crate::analysis::roots::Mapping], start: usize, end: usize) -> bool {
+pub fn readable(maps: &[Mapping], start: usize, end: usize) -> bool {
     if !maps.is_empty() {
         let i = maps.partition_point(|m| m.end <= start);
         return maps

@@ -105,7 +105,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     arm_watchdog(REPORT_SECONDS);
     if !lists::try_lock_all_within(LOCK_WAIT_NS) {
         if fault {
-            crate::diag::Out::stderr()
+            crate::sink::stderr()
                 .str("dmem: the program crashed inside the allocator; no leak report\n")
                 .flush();
             die(sig, fault);
@@ -194,7 +194,7 @@ fn arm_watchdog(seconds: i64) {
 }
 
 extern "C" fn on_watchdog(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
-    crate::diag::Out::stderr()
+    crate::sink::stderr()
         .str("dmem: the leak report did not finish in time; ending the process without it\n")
         .flush();
     die(DYING_OF.load(Ordering::Relaxed), false);

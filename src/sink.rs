@@ -11,6 +11,7 @@
 //!
 //! Everything here runs without allocating: paths are expanded into fixed buffers.
 
+use crate::out::{decimal, write_all, Out};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// The lowest descriptor a private copy takes: above what programs number by hand (bash keeps
@@ -201,7 +202,7 @@ pub fn init_files(trace_file: &'static [u8], trace_stderr: bool, report_file: &'
             return;
         }
         if let Some(fd) = stderr_fd() {
-            let mut out = crate::diag::Out::to_fd(fd);
+            let mut out = Out::to_fd(fd);
             out.str("dmem: cannot open trace-file '")
                 .bytes(cstr(trace_file))
                 .str("'; tracing to stderr\n")
@@ -273,7 +274,7 @@ pub fn report_fd() -> Option<i32> {
             }
         }
         if let Some(fd) = stderr_fd() {
-            let mut out = crate::diag::Out::to_fd(fd);
+            let mut out = Out::to_fd(fd);
             out.str("dmem: cannot open or write report-file '")
                 .bytes(p)
                 .str("'; writing the leak report to stderr\n")
@@ -304,22 +305,10 @@ pub fn stderr_fd() -> Option<i32> {
     None
 }
 
-/// Writes all of `buf` to `fd` with the raw system call: libc's `write` is a cancellation point,
-/// and malloc, which traces through here, must not be one.
-pub fn write_all(fd: i32, buf: &[u8]) {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: buf[done..] is initialised memory we own; write only reads it.
-        let n = unsafe { libc::syscall(libc::SYS_write, fd, buf[done..].as_ptr(), buf.len() - done) };
-        // SAFETY: errno of the calling thread, just set by the failed call.
-        if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        done += n as usize;
-    }
+/// Output meant for the program's standard error, through libdmem's private copy of it; dropped
+/// when that is gone.
+pub fn stderr() -> Out {
+    Out::to_fd(stderr_fd().unwrap_or(-1))
 }
 
 /// Expands `%p` (the process id) and `%%` in `path` into `out`, NUL-terminated. False when the
@@ -341,7 +330,7 @@ pub fn expand(path: &[u8], pid: u32, out: &mut [u8]) -> bool {
             match path.get(i + 1) {
                 Some(b'p') => {
                     let mut digits = [0u8; 20];
-                    for &d in crate::diag::decimal(pid as u64, &mut digits) {
+                    for &d in decimal(pid as u64, &mut digits) {
                         if !push(d, &mut n) {
                             return false;
                         }

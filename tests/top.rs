@@ -9,7 +9,12 @@ mod common;
 mod elfcore;
 #[path = "common/live.rs"]
 mod live;
+/// The analysis's reader of `/proc/PID/maps` lines, the one the library and the launcher use.
+#[path = "../src/analysis/maps.rs"]
+#[allow(dead_code)]
+mod maps;
 use common::run;
+use maps::MapsLine;
 
 use common::dmem;
 use elfcore::{Elf, SHT_DYNSYM};
@@ -69,11 +74,9 @@ impl Counters {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
         let lib = common::lib_path().canonicalize().unwrap();
         let mut spans = Vec::new();
-        for line in maps.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() >= 6 && Path::new(f[5]) == lib {
-                let start = u64::from_str_radix(f[0].split('-').next().unwrap(), 16).unwrap();
-                spans.push((start, u64::from_str_radix(f[2], 16).unwrap()));
+        for l in maps.lines().filter_map(MapsLine::parse) {
+            if Path::new(l.path) == lib {
+                spans.push((l.start as u64, l.offset));
             }
         }
         let elf = Elf::open(&lib);

@@ -8,5 +8,6 @@
 //! comments say it runs while the process's other threads are stopped.
 
 pub mod arena;
+pub mod maps;
 pub mod reach;
 pub mod roots;

@@ -12,23 +12,8 @@
 //! already are left to those roots, and the exit report leaves out its own buffers.
 
 use crate::analysis::arena::Words;
+use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
-
-/// A mapping as the rule sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct Mapping {
-    pub start: usize,
-    pub end: usize,
-    pub readable: bool,
-    pub writable: bool,
-    /// A region of the kernel's or the main thread's stack (`[vvar]`, `[stack]`, ...), or
-    /// glibc's brk heap `[heap]` (which holds blocks and glibc's free chunks).
-    pub special: bool,
-    /// Backed by a file (a program or library's segments), and executable: what memcheck's
-    /// test of a vtable asks (see `reach::is_vtable`).
-    pub file: bool,
-    pub executable: bool,
-}
 
 /// glibc's non-main arenas take their heaps as mappings aligned to HEAP_MAX_SIZE (64 MiB on
 /// 64-bit systems).

@@ -14,11 +14,13 @@
 
 use super::stopworld::{self, Seen, World};
 use crate::analysis::arena::{self, Words};
+use crate::analysis::maps::Mapping;
 use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
-use crate::analysis::roots::{extra_roots, Mapping};
-use crate::diag::{self, Out};
+use crate::analysis::roots::extra_roots;
+use crate::diag;
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, Broken, LISTS};
+use crate::out::Out;
 use crate::{bootstrap, options, procmaps, sink, thread, unwind};
 use core::fmt::Write;
 use std::collections::HashMap;

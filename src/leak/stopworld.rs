@@ -429,7 +429,7 @@ fn task_file(tid: u32, name: &[u8], path: &mut [u8; 64]) -> usize {
     let mut len = 0;
     for part in [
         &b"/proc/self/task/"[..],
-        crate::diag::decimal(tid.into(), &mut [0; 20]),
+        crate::out::decimal(tid.into(), &mut [0; 20]),
         &b"/"[..],
         name,
     ] {

@@ -26,6 +26,16 @@ pub enum Within {
 }
 
 impl Heap {
+    /// The blocks as the shared analysis sees them (the same order: by address).
+    pub fn analysis_blocks(&self) -> crate::analysis::reach::Blocks {
+        let mut blocks = crate::analysis::reach::Blocks::with_capacity(self.blocks.len());
+        for b in &self.blocks {
+            blocks.push(b.addr as usize, (b.addr + b.size) as usize);
+        }
+        blocks.index();
+        blocks
+    }
+
     pub fn new(mut walk: Walk, header_size: u64) -> Heap {
         walk.blocks.sort_unstable_by_key(|b| b.addr);
         Heap {

@@ -2,22 +2,12 @@
 //! in `analysis::reach`), and the chains of references `dmem why` shows.
 #![forbid(unsafe_code)]
 
-use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
-use crate::analysis::roots::Mapping;
+use crate::analysis::maps::Mapping;
+use crate::analysis::reach::{self, Class, Heuristic, Marker, Source};
 use crate::model::heap::Heap;
 use crate::model::roots::{Kind, Roots};
 use crate::source::memory::Memory;
 use std::collections::VecDeque;
-
-/// The blocks of a heap as the shared analysis sees them (the same order: by address).
-pub fn blocks_of(heap: &Heap) -> Blocks {
-    let mut blocks = Blocks::with_capacity(heap.blocks.len());
-    for b in &heap.blocks {
-        blocks.push(b.addr as usize, (b.addr + b.size) as usize);
-    }
-    blocks.index();
-    blocks
-}
 
 /// Calls `emit(at, words)` with the aligned words of `[start, end)` that can be read, in runs
 /// (`at` is the first word's address); false if some of it could not be read.
@@ -85,7 +75,7 @@ impl Source for Scan<'_> {
 /// Classifies every block of `heap` from `roots`, with the heuristics in `heuristics` (a set of
 /// `Heuristic` bits).
 pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) -> Classified {
-    let blocks = blocks_of(heap);
+    let blocks = heap.analysis_blocks();
     let mut ranges = Vec::new();
     let mut values = Vec::new();
     for r in &roots.roots {
@@ -149,7 +139,7 @@ pub struct Graph {
 
 impl Graph {
     pub fn build(mem: &dyn Memory, heap: &Heap, roots: &Roots) -> Graph {
-        let blocks = blocks_of(heap);
+        let blocks = heap.analysis_blocks();
         let refs_in = |s: u64, e: u64| {
             let mut v = Vec::new();
             scan_words(mem, s, e, &mut |at, ws| {

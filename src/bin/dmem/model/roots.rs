@@ -304,7 +304,7 @@ fn own_memory_roots(
     roots: &mut Vec<Root>,
 ) {
     let mem = &*image.mem;
-    let blocks = crate::model::leaks::blocks_of(heap);
+    let blocks = heap.analysis_blocks();
     let sps: Vec<usize> = image.threads.iter().map(|t| t.sp() as usize).collect();
     let mut regions = mem.regions();
     // A core does not name glibc's brk heap; it is the mapping that holds main_arena's top

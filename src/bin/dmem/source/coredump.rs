@@ -225,11 +225,11 @@ impl CoreDump {
 impl Memory for CoreDump {
     /// Straight from the mapped core, no copy: the segments' bytes, and for what a segment
     /// left out, the mapped file's.
-    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+    fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         // One segment per mapping, as the kernel and gdb write cores.
         self.loads
             .iter()
-            .map(|l| crate::analysis::roots::Mapping {
+            .map(|l| crate::analysis::maps::Mapping {
                 start: l.vaddr as usize,
                 end: (l.vaddr + l.memsz) as usize,
                 readable: l.flags & object::elf::PF_R.0 != 0,

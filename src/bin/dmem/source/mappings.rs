@@ -2,6 +2,7 @@
 //! file's NT_FILE note gives the same list, so everything downstream (finding the layout
 //! descriptor, symbolising) takes a `Mappings` and does not care where it came from.
 
+use crate::analysis::maps::MapsLine;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,10 +43,10 @@ impl Mappings {
 
     /// The mapping that holds `addr`.
     /// The mappings as the rule of roots in `analysis::roots` sees them.
-    pub fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+    pub fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         self.list
             .iter()
-            .map(|m| crate::analysis::roots::Mapping {
+            .map(|m| crate::analysis::maps::Mapping {
                 start: m.start as usize,
                 end: m.end as usize,
                 readable: m.readable,
@@ -82,33 +83,25 @@ impl Mappings {
     }
 }
 
-/// One line of `/proc/PID/maps`:
-/// `start-end perms offset dev inode   path`, the path absent for anonymous memory and in
-/// brackets for the kernel's named regions (`[heap]`, `[stack]`, `[vdso]`).
+/// One line of `/proc/PID/maps`, read by the analysis's one reader.
 fn parse_line(line: &str) -> Option<Mapping> {
-    let mut f = line.splitn(6, ' ');
-    let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
-    let (_dev, _inode) = (f.next()?, f.next()?);
-    let path = f.next().map(str::trim_start).unwrap_or("");
-    let (start, end) = range.split_once('-')?;
-    let special = path.starts_with('[').then(|| path.to_owned());
-    let path = match path {
+    let l = MapsLine::parse(line)?;
+    let path = match l.path {
         "" => None,
-        p if p.starts_with('[') => None,
+        _ if l.special() => None,
         // A file deleted since it was mapped (a library replaced by an upgrade): its symbols may
         // no longer match, but the name still tells the user what it was.
         p => Some(PathBuf::from(p.strip_suffix(" (deleted)").unwrap_or(p))),
     };
-    let perms = perms.as_bytes();
     Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
+        start: l.start as u64,
+        end: l.end as u64,
+        offset: l.offset,
         path,
-        readable: perms.first() == Some(&b'r'),
-        writable: perms.get(1) == Some(&b'w'),
-        executable: perms.get(2) == Some(&b'x'),
-        special,
+        readable: l.readable,
+        writable: l.writable,
+        executable: l.executable,
+        special: l.special().then(|| l.path.to_owned()),
         build_id: None,
     })
 }

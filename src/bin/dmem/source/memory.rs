@@ -77,7 +77,7 @@ pub trait Memory {
 
     /// Every mapping (a core's segments), sorted, for the rule of roots in
     /// `analysis::roots`; empty where unknown.
-    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+    fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         Vec::new()
     }
 }
@@ -264,7 +264,7 @@ impl Memory for LiveMemory {
         m.readable.then_some((m.start, m.end))
     }
 
-    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+    fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         crate::source::mappings::Mappings::of_process(self.pid)
             .map(|maps| maps.regions())
             .unwrap_or_default()
@@ -424,7 +424,7 @@ impl Memory for CopiedMemory {
         self.live.extent(addr)
     }
 
-    fn regions(&self) -> Vec<crate::analysis::roots::Mapping> {
+    fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         self.maps.regions()
     }
 }
