@@ -1,4 +1,7 @@
-//! Builds the C and C++ test fixtures in `c-fixtures/` into `$OUT_DIR/fixtures/`.
+//! The build script of the `dmem-fixtures` package (`c-fixtures/Cargo.toml`), a dev-dependency of
+//! dmem: it builds the C and C++ test fixtures in `c-fixtures/` into `$OUT_DIR/fixtures/` and
+//! tells `c-fixtures/lib.rs` where that is. So `cargo build` of the library and the launcher
+//! compiles none of them, and `cargo test` compiles them all.
 //!
 //! Every `*.c` and `*.cpp` file becomes an executable named after its stem; a file whose stem
 //! starts with `lib` becomes a shared library `lib….so` instead. A comment line
@@ -21,10 +24,11 @@ fn extra_flags(src: &Path) -> Vec<String> {
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("fixtures");
     fs::create_dir_all(&out).expect("create fixtures dir");
-    println!("cargo:rerun-if-changed=c-fixtures");
-    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rustc-env=DMEM_FIXTURES_DIR={}", out.display());
+    let here = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    println!("cargo:rerun-if-changed={}", here.display());
 
-    let mut sources: Vec<PathBuf> = fs::read_dir("c-fixtures")
+    let mut sources: Vec<PathBuf> = fs::read_dir(&here)
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     // Libraries first, so executables can link against them with -L and -l.

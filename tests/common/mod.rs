@@ -29,7 +29,7 @@ pub fn lib_path() -> PathBuf {
 
 /// A fixture built by build.rs from `c-fixtures/NAME.c` or `NAME.cpp`.
 pub fn fixture(name: &str) -> PathBuf {
-    let p = Path::new(env!("OUT_DIR")).join("fixtures").join(name);
+    let p = Path::new(dmem_fixtures::DIR).join(name);
     assert!(p.exists(), "fixture {} was not built", p.display());
     p
 }

@@ -223,7 +223,7 @@ mod tests {
     /// demangled, with its source file and line from DWARF.
     #[test]
     fn names_a_cpp_function_with_its_line() {
-        let exe = std::path::Path::new(env!("OUT_DIR")).join("fixtures/leak_cxx");
+        let exe = std::path::Path::new(dmem_fixtures::DIR).join("leak_cxx");
         let cache = object::read::ReadCache::new(std::fs::File::open(&exe).unwrap());
         let file = object::File::parse(&cache).unwrap();
         use object::{Object, ObjectSymbol};
