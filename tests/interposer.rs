@@ -285,7 +285,7 @@ fn trace_stderr_keeps_output_and_is_consistent() {
     assert_none("trace-stderr", &failures);
 }
 
-/// The seed's example: the driver's own two blocks, in order, with the first freed.
+/// The original libdmem's example: the driver's own two blocks, in order, with the first freed.
 fn check_driver_trace(trace: &str) {
     let lines: Vec<&str> = trace.lines().collect();
     let find = |from: usize, pred: &dyn Fn(&str) -> bool| {

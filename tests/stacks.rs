@@ -1,5 +1,5 @@
 //! Correctness of the recorded stacks, for both unwinders: complete through code built without
-//! frame pointers (the eBPF post's example in seed 003), through modules that are loaded,
+//! frame pointers (as the eBPF memory-leak tools' own example shows), through modules that are loaded,
 //! unloaded and loaded again, and under every installed backend allocator. Nothing here measures
 //! time; the overhead is what `bench/run.sh` is for.
 

@@ -1,8 +1,13 @@
-//! The exit report's leak check: the report itself (`report.rs`: the live blocks, the roots, the
-//! mark with the shared engine, the text) and stopping the other threads while it marks
-//! (`stopworld.rs`).
+//! The exit report's leak check. `report.rs` runs it in order: the live blocks copied under
+//! the list locks (`live.rs`), the roots (`roots.rs`), the threads stopped (`stopworld.rs`), the
+//! mark with the shared engine over this process's memory (`memory.rs`), the threads released,
+//! then the text (`text.rs`).
 
+mod live;
+mod memory;
 pub mod report;
+mod roots;
 pub mod stopworld;
+mod text;
 
 pub use report::{leak_report, Entry};

@@ -13,10 +13,15 @@
 // Not every item is used by both sides.
 #[allow(dead_code)]
 #[path = "../../analysis/mod.rs"]
+#[forbid(unsafe_code)]
 mod analysis;
+#[forbid(unsafe_code)]
 mod cli;
+#[forbid(unsafe_code)]
 mod commands;
+#[forbid(unsafe_code)]
 mod model;
+// Reading a process or a core needs unsafe in three files, which `source/mod.rs` names.
 mod source;
 mod sys;
 

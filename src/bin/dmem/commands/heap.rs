@@ -1,6 +1,5 @@
 //! The commands about live blocks: summary, stacks, walk, whatis, verify, stats and folded, as
 //! text or JSON (the shapes the gdb commands print).
-#![forbid(unsafe_code)]
 
 use crate::cli::{self, Filters};
 use crate::commands::inspect::{Inspect, Need};

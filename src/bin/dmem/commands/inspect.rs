@@ -2,7 +2,6 @@
 //! walked into a heap, names for its addresses, and, for the scans that need the process to
 //! hold still, its threads stopped while their registers and its writable memory are copied
 //! (or the registers of a debugger that holds it stopped).
-#![forbid(unsafe_code)]
 
 use crate::analysis::reach::Heuristic;
 use crate::cli::{show, ImageArgs};

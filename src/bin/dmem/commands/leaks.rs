@@ -1,7 +1,6 @@
 //! The commands that find leaks: leaks, why, types, words (and folded stacks of lost blocks),
 //! as text or JSON (the shapes the gdb commands print). Classes are valgrind's: definitely,
 //! indirectly and possibly lost, and still reachable.
-#![forbid(unsafe_code)]
 
 use crate::analysis::reach::{Class, Heuristic};
 use crate::cli;

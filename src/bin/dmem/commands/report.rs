@@ -1,7 +1,6 @@
 //! `dmem report IMAGE [SUBCOMMAND ARGS...]`: the analysis commands under one name, the
 //! subcommand after the image (summary when none is given), as the gdb commands were called
 //! through the launcher before it answered them itself.
-#![forbid(unsafe_code)]
 
 use crate::cli::show;
 use crate::source::image::Target;
@@ -38,7 +37,7 @@ pub fn rewrite(words: &[OsString]) -> Result<Vec<OsString>> {
         None => (OsString::from("summary"), &[][..]),
         Some((sub, args)) => (sub.clone(), args),
     };
-    // The seed's names, kept as aliases.
+    // The original libdmem's gdb command names, kept as aliases.
     let sub = match sub.to_str() {
         Some("show_alloc_stacks") => "stacks".into(),
         Some("walk_alloc_bufs") => "walk".into(),

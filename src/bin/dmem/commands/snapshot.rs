@@ -1,7 +1,6 @@
 //! `dmem snapshot IMAGE -o FILE`: the live heap of a running process (read without stopping
 //! it) or of a core, as a pprof profile, JSON or folded stacks; and where `dmem diff` gets its
 //! snapshots: an image now, or a file written earlier.
-#![forbid(unsafe_code)]
 
 use crate::cli::{show, SnapshotFormat as Format};
 use crate::model::snapshot::{self, Snapshot};

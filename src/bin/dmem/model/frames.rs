@@ -1,7 +1,6 @@
 //! The one way frames are written, as text and as JSON, for every command: `function+0x1a
 //! (file.c:12) in libfoo.so`, the file without its directory, inlined functions on lines of
 //! their own marked `[inlined]`, an address nothing names as itself.
-#![forbid(unsafe_code)]
 
 use crate::model::symbolize::{Frame, Symbolizer};
 use serde::Serialize;

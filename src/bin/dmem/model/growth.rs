@@ -1,5 +1,5 @@
 //! How a stack's live bytes grow over a series of samples: `steady`, `levelling`, `linear` or
-//! `accelerating`, as seed 002's edLeak classifies allocation sites (constant, logarithmic,
+//! `accelerating`, as the edLeak paper classifies allocation sites (constant, logarithmic,
 //! linear, exponential), but decided from a handful of samples.
 //!
 //! The rule, with `first` and `last` the bytes at the first and last sample and `peak` the

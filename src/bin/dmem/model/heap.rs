@@ -1,7 +1,6 @@
 //! The live blocks of one walk, in address order, and what every command does with them:
 //! find the block holding an address, pick blocks by size, thread or stack, group them by
 //! stack.
-#![forbid(unsafe_code)]
 
 use crate::source::heapwalk::{Block, Counters, ListRead, Problem, Walk};
 

@@ -1,6 +1,5 @@
 //! The leak classes of every live block of an image, with the exit report's definition (the one
 //! in `analysis::reach`), and the chains of references `dmem why` shows.
-#![forbid(unsafe_code)]
 
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::{self, Class, Heuristic, Marker, Source};

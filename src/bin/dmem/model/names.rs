@@ -1,7 +1,6 @@
 //! Naming addresses of data, and finding vtables, from the loaded objects' symbol tables:
 //! `held in .bss of leak_list`, `vtable for A + 16 in .data.rel.ro of prog`, as `dmem why` and
 //! `dmem words` name a word, and the C++ type of a block whose first word points into a vtable.
-#![forbid(unsafe_code)]
 
 use crate::model::roots::Loaded;
 use crate::source::elf::{self, Symbol};

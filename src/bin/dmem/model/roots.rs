@@ -11,7 +11,6 @@
 //! * the allocator's own state, which is not the program's memory: glibc's `main_arena`, found
 //!   by its signature (see `analysis::arena`), or all writable data of a loaded jemalloc,
 //!   tcmalloc or mimalloc.
-#![forbid(unsafe_code)]
 
 use crate::analysis::arena::{self, Words};
 use crate::analysis::roots as extra;

@@ -2,7 +2,6 @@
 //! stack, with every frame symbolised. `dmem snapshot` writes it (pprof, JSON or folded
 //! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
 //! core file or a file written earlier.
-#![forbid(unsafe_code)]
 
 use crate::model::symbolize::{self, Symbolizer};
 use crate::source::heapwalk;

@@ -1,5 +1,4 @@
 //! Numbers, sizes, times and plurals as every command writes them, and JSON documents.
-#![forbid(unsafe_code)]
 
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};

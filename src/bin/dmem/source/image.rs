@@ -1,7 +1,6 @@
 //! A process image to analyse: a core file (`PROG CORE`, or a core alone, whose program its
 //! notes name) or a running process (`PID`). One parser of those words for every command, one
 //! opener, and one wording for each way they can be wrong.
-#![forbid(unsafe_code)]
 
 use crate::cli::show;
 use crate::source::coredump::CoreDump;

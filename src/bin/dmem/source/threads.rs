@@ -1,7 +1,6 @@
 //! The threads of a process image and their registers: from a core's NT_PRSTATUS notes, from
 //! ptrace for a process dmem stopped itself, or from a file a debugger that holds the process
 //! stopped wrote (the gdb adapter). Registers are x86-64's `user_regs_struct`, in its order.
-#![forbid(unsafe_code)]
 
 /// The names of `user_regs_struct`'s words, in order (as in NT_PRSTATUS and PTRACE_GETREGS).
 pub const REG_NAMES: [&str; 27] = [

@@ -1,0 +1,70 @@
+//! This process's memory as the exit report's mark reads it, while the other threads are
+//! stopped: directly where the list locks and the stop keep it in place, through the kernel where
+//! it may not be readable.
+
+use super::stopworld;
+use crate::analysis::arena::Words;
+use crate::analysis::maps::Mapping;
+use crate::analysis::reach::{self, Source};
+
+/// This process's memory as the shared analysis reads it: with `process_vm_readv`, so an address
+/// that is not mapped (a bin's pair of words that is no bin points anywhere) reads as nothing
+/// instead of faulting.
+pub(super) struct OwnMemory;
+
+impl Words for OwnMemory {
+    fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+        let mut n = 0;
+        stopworld::read_words_checked(addr, addr + 8 * buf.len(), &mut |ws| {
+            buf[n..n + ws.len()].copy_from_slice(ws);
+            n += ws.len();
+        });
+        n
+    }
+}
+
+/// Calls `emit` with the aligned words in `[start, end)` of this process's memory.
+pub(super) fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+    let a = (start + 7) & !7;
+    if a + 8 > end {
+        return;
+    }
+    // SAFETY: roots are mapped segments of loaded objects, thread-local blocks and the stacks
+    // of stopped threads (a running thread's stack goes through `read_words_checked`), and
+    // block ranges are live blocks held in place by the list locks; all are readable, nothing
+    // writes them while the other threads are stopped, and the start is 8-byte aligned.
+    emit(unsafe { core::slice::from_raw_parts(a as *const usize, (end - a) / 8) });
+}
+
+/// This process's memory as the classification reads it, while the other threads are stopped.
+pub(super) struct OwnScan<'a> {
+    /// Ranges (sorted) that may not be readable whole: stacks of threads that could not be
+    /// stopped, read through the kernel.
+    pub(super) checked: &'a [(usize, usize)],
+    /// The mappings, sorted, for memcheck's test of a vtable.
+    pub(super) maps: &'a [Mapping],
+}
+
+impl Source for OwnScan<'_> {
+    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+        let i = self.checked.partition_point(|&(s, _)| s <= start);
+        if i > 0 && end <= self.checked[i - 1].1 {
+            stopworld::read_words_checked(start, end, emit);
+        } else {
+            scan_words(start, end, emit);
+        }
+    }
+
+    /// Only words of live blocks are asked for, which the list locks keep mapped.
+    fn word(&mut self, addr: usize) -> Option<usize> {
+        let mut w = None;
+        scan_words(addr, addr + 8, &mut |ws| w = ws.first().copied());
+        w
+    }
+
+    /// Words of readable file-backed mappings only, by `is_vtable`'s rule.
+    fn is_vtable(&mut self, addr: usize) -> bool {
+        let maps = self.maps;
+        reach::is_vtable(maps, addr, &mut |a| self.word(a))
+    }
+}
