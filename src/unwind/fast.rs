@@ -24,7 +24,7 @@
 //! - No allocation and no syscall per call. A miss finds the object that holds the address with
 //!   glibc's lock-free `_dl_find_object` and parses its tables in place with gimli, using storage
 //!   on the stack. The first walk on a stack finds the stack's bounds once, from the kernel's list
-//!   of mappings (see `stack_top_slow`).
+//!   of mappings (see `stacks.rs`).
 //! - Never a crash on a bad rule. Every stack read is bounded to the current thread's stack above
 //!   the point where the walk started, and each frame's CFA must lie above the previous one, so
 //!   a wrong rule ends the stack early at worst. A frame the rules cannot express (a signal
@@ -36,12 +36,12 @@
 
 use super::objects::with_object;
 use super::rules::*;
+use super::stacks::KnownStacks;
 use super::tables::rule_from_tables;
 use super::thread_tables;
 use crate::header::NFRAMES;
-use crate::procmaps;
 use core::arch::asm;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::Ordering;
 
 /// Frames walked at most, libdmem's own included, so a cyclic or corrupt stack ends.
 const MAX_STEPS: usize = NFRAMES + OWN_SLOTS;
@@ -58,8 +58,8 @@ const MEMO_SLOTS: usize = 1 << MEMO_BITS;
 /// What a thread keeps for its walks, in one thread-local so a walk pays for one thread-local
 /// access (a call to `__tls_get_addr` in a shared library).
 struct Local {
-    /// Stacks this thread walked on lately, [lo, hi), most recent first; see `stack_top_slow`.
-    stacks: [(usize, usize); STACKS],
+    /// Stacks this thread walked on lately.
+    stacks: KnownStacks,
     /// The generation the memo, `prev` and the shapes were filled in.
     generation: u64,
     /// (address, rule) pairs this thread used lately, in a table small enough to stay in the
@@ -99,9 +99,6 @@ impl<const N: usize> Shapes<N> {
         }
     }
 }
-
-/// Stacks a thread remembers: its own, and a few alternate ones (see `stack_top_slow`).
-const STACKS: usize = 4;
 
 /// Shapes in the thread-local table. A program's hot allocation paths are usually more than this
 /// (CPython's evaluation loop has about a hundred), so a thread that keeps walking where a shape
@@ -213,7 +210,7 @@ const _: () = assert!(core::mem::size_of::<Local>() <= 4 * 1024);
 thread_local! {
     static LOCAL: core::cell::UnsafeCell<Local> = const {
         core::cell::UnsafeCell::new(Local {
-            stacks: [(0, 0); STACKS],
+            stacks: KnownStacks::EMPTY,
             generation: 0,
             memo: [(0, 0); MEMO_SLOTS],
             prev: [(0, 0); MAX_STEPS],
@@ -222,53 +219,6 @@ thread_local! {
             unreplayed: 0,
         })
     };
-}
-
-/// The top of the stack that `sp` lies on, from the thread's small cache of stacks it has walked
-/// on, or else from the process's mappings. None when the mappings cannot be read; the caller
-/// then falls back to the platform unwinder.
-#[inline(always)]
-fn stack_top(local: &mut Local, sp: usize) -> Option<usize> {
-    let (lo, hi) = local.stacks[0];
-    if sp >= lo && sp < hi {
-        return Some(hi);
-    }
-    stack_top_slow(local, sp)
-}
-
-/// Set once `/proc/self/maps` could not be opened, so a process without it does not pay a
-/// failing system call per walk.
-static NO_MAPS: AtomicBool = AtomicBool::new(false);
-
-/// The thread's own stack found on its first walk, and the other stacks a thread may allocate
-/// on: a signal handler's alternate stack, a coroutine's stack (`makecontext`, green threads), a
-/// main-thread stack that has grown below where it was first seen. Each is the mapping that held
-/// the stack pointer when it was first seen; the most recently used comes first.
-///
-/// The bounds come from `/proc/self/maps`, never from `pthread_getattr_np`: that holds the
-/// thread's lock while it calls realloc, so asking it from inside realloc deadlocks any thread
-/// that allocates from within it (the JVM and lld do, at thread start). A mapping may extend
-/// above the stack's real top where the kernel merged it with a neighbour; the walk still reads
-/// only mapped memory, and the outermost frame's unwind rule (clone's, `__start_context`'s) ends
-/// the walk before it gets there.
-#[cold]
-#[inline(never)]
-fn stack_top_slow(local: &mut Local, sp: usize) -> Option<usize> {
-    if let Some(i) = local.stacks.iter().position(|&(lo, hi)| sp >= lo && sp < hi) {
-        local.stacks[..=i].rotate_right(1);
-        return Some(local.stacks[0].1);
-    }
-    if NO_MAPS.load(Ordering::Relaxed) {
-        return None;
-    }
-    let Some(found) = procmaps::mapping_containing(sp) else {
-        // The stack pointer is always mapped, so a miss means the file could not be read.
-        NO_MAPS.store(true, Ordering::Relaxed);
-        return None;
-    };
-    local.stacks.rotate_right(1);
-    local.stacks[0] = found;
-    Some(found.1)
 }
 
 /// The registers a walk carries from frame to frame.
@@ -300,7 +250,7 @@ impl Bounds {
     fn read(&self, addr: usize) -> Option<usize> {
         if addr >= self.lo && addr <= self.hi - 8 {
             // SAFETY: [lo, hi) lies within the mapping that holds the stack the calling thread
-            // runs on (see `stack_top_slow`), and lo is at or above this function's own stack
+            // runs on (see `stacks.rs`), and lo is at or above this function's own stack
             // pointer, so the word is mapped and readable, and the stack under our own frames
             // is not unmapped while we run on it.
             Some(unsafe { (addr as *const usize).read_unaligned() })
@@ -420,7 +370,7 @@ fn shape_index(
 
 #[inline(always)]
 fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
-    let Some(hi) = stack_top(local, regs.sp) else {
+    let Some(hi) = local.stacks.top(regs.sp) else {
         return false;
     };
     let bounds = Bounds { lo: regs.sp, hi };

@@ -16,6 +16,8 @@ mod objects;
 #[cfg(target_arch = "x86_64")]
 mod rules;
 #[cfg(target_arch = "x86_64")]
+mod stacks;
+#[cfg(target_arch = "x86_64")]
 mod tables;
 #[cfg(target_arch = "x86_64")]
 mod thread_tables;
