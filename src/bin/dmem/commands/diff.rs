@@ -6,11 +6,10 @@
 
 use crate::cli::SnapshotFormat as Format;
 use crate::commands::snapshot::Source;
-use crate::model::snapjson;
+use crate::model::snapjson::{self, Sample, SampleStack};
 use crate::model::snapshot::{describe_frames, Snapshot, Stack};
 use crate::model::text::{bytes_text, clock, signed, thousands};
 use crate::{failed, usage, Result};
-use serde::Serialize;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
@@ -181,31 +180,6 @@ fn class(c: &Change) -> &'static str {
     }
 }
 
-#[derive(Serialize)]
-struct JsonStack {
-    bytes: i64,
-    blocks: i64,
-    delta_bytes: i64,
-    delta_blocks: i64,
-    rate_bytes_per_min: i64,
-    class: &'static str,
-    frames: Vec<snapjson::JsonFrame>,
-}
-
-#[derive(Serialize)]
-struct JsonDiff {
-    time: f64,
-    base_time: f64,
-    live_bytes: i64,
-    live_blocks: i64,
-    delta_bytes: i64,
-    delta_blocks: i64,
-    read_ms: f64,
-    inconsistent_lists: usize,
-    unchanged_stacks: usize,
-    stacks: Vec<JsonStack>,
-}
-
 /// `dmem diff BASE NEW`.
 pub fn command(
     words: &[OsString],
@@ -242,32 +216,34 @@ pub fn command(
     let out = std::io::stdout();
     let mut o = out.lock();
     let written = if json {
-        let doc = JsonDiff {
+        let doc = Sample {
             time: snapjson::seconds(new.time_nanos),
-            base_time: snapjson::seconds(base.time_nanos),
+            base_time: Some(snapjson::seconds(base.time_nanos)),
+            source: String::new(),
             live_bytes: new.live_bytes(),
             live_blocks: new.live_blocks(),
-            delta_bytes,
-            delta_blocks,
+            delta_bytes: Some(delta_bytes),
+            delta_blocks: Some(delta_blocks),
             read_ms: ((base.read_ms + new.read_ms) * 1e3).round() / 1e3,
             inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
-            unchanged_stacks: d.unchanged,
+            unchanged_stacks: Some(d.unchanged),
+            objects: Vec::new(),
             stacks: shown
                 .iter()
-                .map(|c| JsonStack {
-                    bytes: c.stack.bytes,
-                    blocks: c.stack.blocks,
-                    delta_bytes: c.delta_bytes,
-                    delta_blocks: c.delta_blocks,
-                    rate_bytes_per_min: rate(c),
-                    class: class(c),
-                    frames: snapjson::frames(&d.objects, &c.stack.frames),
+                .map(|c| SampleStack {
+                    delta_bytes: Some(c.delta_bytes),
+                    delta_blocks: Some(c.delta_blocks),
+                    rate_bytes_per_min: Some(rate(c)),
+                    class: Some(class(c).to_owned()),
+                    ..SampleStack::new(
+                        c.stack.bytes,
+                        c.stack.blocks,
+                        snapjson::frames(&d.objects, &c.stack.frames),
+                    )
                 })
                 .collect(),
         };
-        serde_json::to_writer(&mut o, &doc)
-            .map_err(std::io::Error::from)
-            .and_then(|_| writeln!(o))
+        snapjson::print(&doc, &mut o)
     } else {
         let later = match d.seconds() {
             Some(s) => format!(", {s:.1} s later"),

@@ -9,6 +9,7 @@ use crate::cli::TopArgs;
 use crate::model::frames;
 use crate::model::growth::{self, Class};
 use crate::model::heap;
+use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack};
 use crate::model::symbolize::{Frame, Symbolizer};
 use crate::model::text::{bytes_text, clock, signed, thousands};
 use crate::source::heapwalk::{self, WalkOptions};
@@ -16,7 +17,6 @@ use crate::source::live::{self, LiveProcess};
 use crate::source::mappings::Mappings;
 use crate::sys::{self, INTERRUPTED};
 use crate::Result;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -45,35 +45,6 @@ struct Row {
     delta_bytes: i64,
     rate_per_min: i64,
     class: Class,
-}
-
-#[derive(Serialize)]
-struct JsonFrame {
-    pc: String,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
-    object: Option<String>,
-}
-
-#[derive(Serialize)]
-struct JsonStack {
-    bytes: u64,
-    blocks: u64,
-    delta_bytes: i64,
-    rate_bytes_per_min: i64,
-    class: Class,
-    frames: Vec<JsonFrame>,
-}
-
-#[derive(Serialize)]
-struct JsonSample {
-    time: f64,
-    live_bytes: u64,
-    live_blocks: u64,
-    read_ms: f64,
-    inconsistent_lists: usize,
-    stacks: Vec<JsonStack>,
 }
 
 pub fn main(args: TopArgs) -> Result<i32> {
@@ -136,17 +107,21 @@ pub fn main(args: TopArgs) -> Result<i32> {
         let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
         let mut o = out.lock();
         let written = if args.json {
-            let s = JsonSample {
+            let s = Sample {
                 time: (when.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3).round() / 1e3,
-                live_bytes,
-                live_blocks,
+                base_time: None,
+                source: String::new(),
+                live_bytes: live_bytes as i64,
+                live_blocks: live_blocks as i64,
+                delta_bytes: None,
+                delta_blocks: None,
                 read_ms,
                 inconsistent_lists: walk.inconsistent(),
+                unchanged_stacks: None,
+                objects: Vec::new(),
                 stacks: rows.iter().map(|r| watch.json_stack(r)).collect(),
             };
-            serde_json::to_writer(&mut o, &s)
-                .map_err(std::io::Error::from)
-                .and_then(|_| writeln!(o))
+            snapjson::print(&s, &mut o)
         } else {
             let header = format!(
                 "{} pid {} ({}): {} in {} blocks on {} stacks; read in {read_ms:.1} ms; {}",
@@ -231,24 +206,24 @@ impl Watch {
             .collect()
     }
 
-    fn json_stack(&mut self, r: &Row) -> JsonStack {
-        JsonStack {
-            bytes: r.bytes,
-            blocks: r.blocks,
-            delta_bytes: r.delta_bytes,
-            rate_bytes_per_min: r.rate_per_min,
-            class: r.class,
-            frames: self
-                .frames(&r.pcs)
-                .into_iter()
-                .map(|f| JsonFrame {
-                    pc: format!("{:#x}", f.pc),
-                    function: f.function,
-                    file: f.file,
-                    line: f.line,
-                    object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
-                })
-                .collect(),
+    fn json_stack(&mut self, r: &Row) -> SampleStack {
+        let frames = self
+            .frames(&r.pcs)
+            .into_iter()
+            .map(|f| JsonFrame {
+                pc: format!("{:#x}", f.pc),
+                function: f.function,
+                file: f.file,
+                line: f.line,
+                object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
+                inlined: f.inlined,
+            })
+            .collect();
+        SampleStack {
+            delta_bytes: Some(r.delta_bytes),
+            rate_bytes_per_min: Some(r.rate_per_min),
+            class: Some(r.class.name().to_owned()),
+            ..SampleStack::new(r.bytes as i64, r.blocks as i64, frames)
         }
     }
 

@@ -1,32 +1,77 @@
-//! A snapshot as JSON (`dmem snapshot --format json`), and read back for `dmem diff`.
-//!
-//! The shape is that of a sample of `dmem top --json`, with the threads of each stack and the
-//! objects (path, build id, where mapped) added so that nothing of the snapshot is lost. Frames
-//! are listed as `dmem top` lists them: an address inside inlined code gives one entry per
-//! function, all with its `pc`, the inlined ones first and marked `"inlined": true`.
+//! The heap as JSON in one shape, `Sample`: a snapshot (`dmem snapshot --format json`, read back
+//! for `dmem diff`), a sample of `dmem top --json` and a diff (`dmem diff --json`). A snapshot
+//! carries the threads of each stack and the objects (path, build id, where mapped) so that
+//! nothing of it is lost. An address inside inlined code gives one frame per function, all
+//! with its `pc`, the inlined ones first and marked `"inlined": true`.
 
 use crate::model::snapshot::{Frame, Line, Object, Snapshot, Stack};
 use serde::{Deserialize, Serialize};
 
+/// One sample of the heap as JSON, the one shape of `dmem top --json` (one per line), `dmem
+/// snapshot --format json` and `dmem diff --json`. Each fills what it knows: a snapshot adds the
+/// objects and each stack's threads; `top` and `diff` add the changes, `diff` the base's time.
 #[derive(Serialize, Deserialize)]
-struct JsonSnapshot {
+pub struct Sample {
     /// Unix seconds.
-    time: f64,
+    pub time: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_time: Option<f64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    pub live_bytes: i64,
+    pub live_blocks: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_blocks: Option<i64>,
     #[serde(default)]
-    source: String,
-    live_bytes: i64,
-    live_blocks: i64,
+    pub read_ms: f64,
     #[serde(default)]
-    read_ms: f64,
-    #[serde(default)]
-    inconsistent_lists: usize,
-    #[serde(default)]
-    objects: Vec<JsonObject>,
-    stacks: Vec<JsonStack>,
+    pub inconsistent_lists: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchanged_stacks: Option<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<JsonObject>,
+    pub stacks: Vec<SampleStack>,
+}
+
+/// One stack of a sample, with its frames as `frames` lists them.
+#[derive(Serialize, Deserialize)]
+pub struct SampleStack {
+    pub bytes: i64,
+    pub blocks: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_blocks: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_min: Option<i64>,
+    /// `top`'s growth class, or `diff`'s kind of change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tids: Vec<u32>,
+    pub frames: Vec<JsonFrame>,
+}
+
+impl SampleStack {
+    /// A stack with its totals and frames only; callers add what else they know.
+    pub fn new(bytes: i64, blocks: i64, frames: Vec<JsonFrame>) -> SampleStack {
+        SampleStack {
+            bytes,
+            blocks,
+            delta_bytes: None,
+            delta_blocks: None,
+            rate_bytes_per_min: None,
+            class: None,
+            tids: Vec::new(),
+            frames,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
-struct JsonObject {
+pub struct JsonObject {
     path: String,
     build_id: String,
     start: String,
@@ -35,23 +80,14 @@ struct JsonObject {
 }
 
 #[derive(Serialize, Deserialize)]
-struct JsonStack {
-    bytes: i64,
-    blocks: i64,
-    #[serde(default)]
-    tids: Vec<u32>,
-    frames: Vec<JsonFrame>,
-}
-
-#[derive(Serialize, Deserialize)]
 pub struct JsonFrame {
-    pc: String,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
-    object: Option<String>,
+    pub pc: String,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub object: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    inlined: bool,
+    pub inlined: bool,
 }
 
 fn hex(v: u64) -> String {
@@ -100,13 +136,17 @@ pub fn frames(objects: &[Object], frames: &[Frame]) -> Vec<JsonFrame> {
 }
 
 pub fn write(snap: &Snapshot, mut out: impl std::io::Write) -> std::io::Result<()> {
-    let doc = JsonSnapshot {
+    let doc = Sample {
         time: seconds(snap.time_nanos),
+        base_time: None,
         source: snap.source.clone(),
         live_bytes: snap.live_bytes(),
         live_blocks: snap.live_blocks(),
+        delta_bytes: None,
+        delta_blocks: None,
         read_ms: snap.read_ms,
         inconsistent_lists: snap.inconsistent_lists,
+        unchanged_stacks: None,
         objects: snap
             .objects
             .iter()
@@ -121,15 +161,18 @@ pub fn write(snap: &Snapshot, mut out: impl std::io::Write) -> std::io::Result<(
         stacks: snap
             .stacks
             .iter()
-            .map(|s| JsonStack {
-                bytes: s.bytes,
-                blocks: s.blocks,
+            .map(|s| SampleStack {
                 tids: s.tids.clone(),
-                frames: frames(&snap.objects, &s.frames),
+                ..SampleStack::new(s.bytes, s.blocks, frames(&snap.objects, &s.frames))
             })
             .collect(),
     };
-    serde_json::to_writer(&mut out, &doc)?;
+    print(&doc, &mut out)
+}
+
+/// Prints a sample on one line.
+pub fn print(sample: &Sample, mut out: impl std::io::Write) -> std::io::Result<()> {
+    serde_json::to_writer(&mut out, sample)?;
     writeln!(out)
 }
 
@@ -139,8 +182,7 @@ pub fn seconds(nanos: i64) -> f64 {
 }
 
 pub fn read(data: &[u8]) -> Result<Snapshot, String> {
-    let doc: JsonSnapshot =
-        serde_json::from_slice(data).map_err(|e| format!("not a dmem JSON snapshot: {e}"))?;
+    let doc: Sample = serde_json::from_slice(data).map_err(|e| format!("not a dmem JSON snapshot: {e}"))?;
     let mut objects = Vec::with_capacity(doc.objects.len());
     for o in &doc.objects {
         objects.push(Object {
