@@ -40,6 +40,8 @@ mod lifecycle;
 mod own_heap;
 #[cfg(not(test))]
 mod signals;
+#[cfg(all(not(test), target_arch = "x86_64"))]
+mod unmaps;
 
 #[cfg(not(test))]
 #[global_allocator]

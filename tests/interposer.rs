@@ -30,6 +30,7 @@ const FIXTURES: &[&str] = &[
     "entry_pvalloc",
     "entry_reallocarray",
     "entry_malloc_usable_size",
+    "entry_munmap",
     "threads_xfree",
     "threads_exit",
     "tls_teardown",

@@ -135,6 +135,15 @@ fn capture_backtrace(out: &mut [usize; NFRAMES]) {
     }
 }
 
+/// Notes that the program is unmapping `[start, end)`, so no walk reads there through the
+/// bounds of a stack cached earlier.
+pub fn note_unmap(start: usize, end: usize) {
+    #[cfg(target_arch = "x86_64")]
+    stacks::note_unmap(start, end);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (start, end);
+}
+
 /// Forgets the fast walker's cached rules: called after every dlclose, since another object
 /// may be mapped at the unloaded one's addresses.
 pub fn invalidate() {
