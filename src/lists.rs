@@ -213,39 +213,29 @@ pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMu
         let mut from: *mut Header = core::ptr::null_mut();
         let mut steps = 0u64;
         while !h.is_null() {
-            let a = h as usize;
-            let why = if steps >= count {
-                Some(Broken::TooLong)
-            } else if !a.is_multiple_of(8) || !readable(a, a + HEADER_SIZE) {
-                Some(Broken::Unreadable)
+            let checked = if steps >= count {
+                Err(Broken::TooLong)
             } else {
-                // SAFETY: `h` is aligned and the whole header is readable (checked just above).
-                let hr = unsafe { &*h };
-                if hr.magic != MAGIC_LIVE && hr.magic != MAGIC_FREED {
-                    Some(Broken::BadMagic(hr.magic))
-                } else if hr.prev != from {
-                    Some(Broken::PrevMismatch)
-                } else {
-                    None
+                checked_link(h, from, readable)
+            };
+            let hr = match checked {
+                Ok(hr) => hr,
+                Err(why) => {
+                    match &mut first {
+                        Some(b) => b.lists += 1,
+                        None => {
+                            first = Some(Break {
+                                list: i,
+                                from: from as usize,
+                                to: h as usize,
+                                why,
+                                lists: 1,
+                            })
+                        }
+                    }
+                    break;
                 }
             };
-            if let Some(why) = why {
-                match &mut first {
-                    Some(b) => b.lists += 1,
-                    None => {
-                        first = Some(Break {
-                            list: i,
-                            from: from as usize,
-                            to: a,
-                            why,
-                            lists: 1,
-                        })
-                    }
-                }
-                break;
-            }
-            // SAFETY: checked above.
-            let hr = unsafe { &*h };
             visit(hr);
             steps += 1;
             from = h;
@@ -253,6 +243,28 @@ pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMu
         }
     }
     first
+}
+
+/// The header `h`, reached from `from`'s `next`, if it reads as a linked header.
+fn checked_link<'a>(
+    h: *mut Header,
+    from: *mut Header,
+    readable: &dyn Fn(usize, usize) -> bool,
+) -> Result<&'a Header, Broken> {
+    let a = h as usize;
+    if !a.is_multiple_of(8) || !readable(a, a + HEADER_SIZE) {
+        return Err(Broken::Unreadable);
+    }
+    // SAFETY: `h` is aligned and the whole header is readable (checked just above); the caller
+    // holds every list lock, so nothing of ours changes it while it is looked at.
+    let hr = unsafe { &*h };
+    if hr.magic != MAGIC_LIVE && hr.magic != MAGIC_FREED {
+        Err(Broken::BadMagic(hr.magic))
+    } else if hr.prev != from {
+        Err(Broken::PrevMismatch)
+    } else {
+        Ok(hr)
+    }
 }
 
 /// Before fork: take every lock so no other thread is half-way through a link when the child's

@@ -86,42 +86,6 @@ pub fn all() -> Vec<Mapping> {
         .collect()
 }
 
-/// Whether `[start, end)` can be read: inside one readable mapping of `maps` (sorted, as `all`
-/// gives them), or, with no maps at hand (a report from a fatal signal reads none), as the
-/// kernel finds it when asked to copy the range.
-pub fn readable(maps: &[Mapping], start: usize, end: usize) -> bool {
-    if !maps.is_empty() {
-        let i = maps.partition_point(|m| m.end <= start);
-        return maps
-            .get(i)
-            .is_some_and(|m| m.readable && m.start <= start && end <= m.end);
-    }
-    let mut buf = [0u8; 256];
-    let mut a = start;
-    while a < end {
-        let n = (end - a).min(buf.len());
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: n,
-        };
-        let remote = libc::iovec {
-            iov_base: a as *mut core::ffi::c_void,
-            iov_len: n,
-        };
-        // SAFETY: the kernel copies at most `n` bytes into our buffer and checks the source range
-        // itself. The calling thread's id names this process even after its main thread is gone.
-        let got = unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::pid_t;
-            libc::process_vm_readv(tid, &local, 1, &remote, 1, 0)
-        };
-        if got != n as isize {
-            return false;
-        }
-        a += n;
-    }
-    true
-}
-
 /// A streaming parser of `/proc/PID/maps` lines that stops at the mapping holding `addr`. Only
 /// each line's leading `start-end` matters; the rest is skipped up to the newline.
 struct Parser {

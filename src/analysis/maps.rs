@@ -18,6 +18,12 @@ pub struct Mapping {
     pub executable: bool,
 }
 
+/// The mapping of `maps` (sorted by address) that holds `addr`.
+pub fn find(maps: &[Mapping], addr: usize) -> Option<Mapping> {
+    let i = maps.partition_point(|m| m.start <= addr);
+    i.checked_sub(1).map(|i| maps[i]).filter(|m| addr < m.end)
+}
+
 /// One line of `/proc/PID/maps`: `start-end perms offset dev inode   path`, the path absent for
 /// anonymous memory and in brackets for the kernel's named regions (`[heap]`, `[stack]`,
 /// `[vdso]`).

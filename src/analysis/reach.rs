@@ -23,7 +23,7 @@
 //! The exit report and the launcher (over a core or a running process) both classify with this
 //! code, and both agree with valgrind on the same program.
 
-use crate::analysis::maps::Mapping;
+use crate::analysis::maps::{self, Mapping};
 
 /// The class of one block, in valgrind's words.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
@@ -322,10 +322,7 @@ const VTABLE_MAX_CHECK: usize = 20;
 /// point into executable file-backed mappings, at least two of them before any that does not.
 /// `maps` are sorted by address.
 pub fn is_vtable(maps: &[Mapping], addr: usize, word: &mut dyn FnMut(usize) -> Option<usize>) -> bool {
-    let find = |a: usize| {
-        let i = maps.partition_point(|m| m.start <= a);
-        i.checked_sub(1).map(|i| maps[i]).filter(|m| a < m.end)
-    };
+    let find = |a: usize| maps::find(maps, a);
     let Some(m) = find(addr).filter(|m| m.file && m.readable) else {
         return false;
     };

@@ -1,10 +1,10 @@
 //! The live blocks as the exit report sees them: copied out of the lists while every list lock is
 //! held, with a walk that stops at a list the program broke.
 
+use super::memory::readable;
 use crate::analysis::maps::Mapping;
 use crate::header::{self, Header, NFRAMES};
 use crate::lists::{self, LISTS};
-use crate::procmaps;
 
 /// A live block: where it starts, its size and its allocation stack.
 pub(super) struct Live {
@@ -23,7 +23,7 @@ pub(super) fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Option<lists::Break>) {
         .map(|l| unsafe { *l.live_blocks.get() })
         .sum();
     let mut out = Vec::with_capacity(n as usize);
-    let broken = lists::walk_locked(&|s, e| procmaps::readable(maps, s, e), &mut |hr| {
+    let broken = lists::walk_locked(&|s, e| readable(maps, s, e), &mut |hr| {
         out.push(Live {
             start: header::to_user(hr as *const Header as *mut Header) as usize,
             size: hr.size(),

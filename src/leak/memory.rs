@@ -4,8 +4,20 @@
 
 use super::stopworld;
 use crate::analysis::arena::Words;
-use crate::analysis::maps::Mapping;
+use crate::analysis::maps::{self, Mapping};
 use crate::analysis::reach::{self, Source};
+
+/// Whether `[start, end)` (8-byte aligned) can be read: inside one readable mapping of `maps`
+/// (sorted), or, with no maps at hand (a report from a fatal signal reads none), as the kernel
+/// finds it when asked to copy the range.
+pub fn readable(maps: &[Mapping], start: usize, end: usize) -> bool {
+    if !maps.is_empty() {
+        return maps::find(maps, start).is_some_and(|m| m.readable && end <= m.end);
+    }
+    let mut got = 0;
+    stopworld::read_words_checked(start, end, &mut |ws| got += 8 * ws.len());
+    got == end - start
+}
 
 /// This process's memory as the shared analysis reads it: with `process_vm_readv`, so an address
 /// that is not mapped (a bin's pair of words that is no bin points anywhere) reads as nothing

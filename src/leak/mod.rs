@@ -10,4 +10,5 @@ mod roots;
 pub mod stopworld;
 mod text;
 
+pub use memory::readable;
 pub use report::{leak_report, Entry};
