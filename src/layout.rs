@@ -3,8 +3,11 @@
 //! A release build ships without debug info and is often stripped, but `.dynsym` survives `strip`,
 //! so `dmem_layout` is always findable. Everything the gdb side needs to walk the lists of a core
 //! file is here as plain 64-bit words: the header's field offsets, where the list heads are and
-//! the offsets of their counters. Any change to the header or the list structure bumps `VERSION`.
+//! the offsets of their counters, each under its name (`analysis::descriptor` defines the format
+//! and the names for the readers too). A new field is only appended; a change in the meaning of
+//! one bumps `descriptor::VERSION`.
 
+use crate::analysis::descriptor::{self, field, Entry};
 use crate::bootstrap;
 use crate::header::{
     self, Header, ALIGN_BITS, ALIGN_SHIFT, HEADER_SIZE, LIST_BITS, LIST_SHIFT, MAGIC_FREED, MAGIC_LIVE,
@@ -14,51 +17,16 @@ use crate::lists::{self, List, NLISTS};
 use core::mem::offset_of;
 use core::sync::atomic::AtomicU64;
 
-/// "DMEMLAYT" read as a little-endian word.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
-/// Version 2 appended the size word's list and alignment fields and the lists' sequence
-/// counters; a reader of version 1 derives the former from `size_bits` and has no counters.
-pub const VERSION: u64 = 2;
-
-/// Field order is part of the format: only ever append, and bump `VERSION` when a meaning
-/// changes.
+/// The descriptor: its head, then one named entry per field (see `analysis::descriptor`).
 #[repr(C)]
 pub struct Layout {
     pub magic: u64,
     pub version: u64,
-    pub header_size: u64,
-    pub nframes: u64,
-    pub off_next: u64,
-    pub off_prev: u64,
-    pub off_frames: u64,
-    pub off_size: u64,
-    pub size_bits: u64,
-    pub off_tid: u64,
-    pub off_magic: u64,
-    pub magic_live: u64,
-    pub magic_freed: u64,
-    pub lists: *const List,
-    pub nlists: u64,
-    pub list_stride: u64,
-    pub list_off_head: u64,
-    pub list_off_live_blocks: u64,
-    pub list_off_live_bytes: u64,
-    pub list_off_allocs: u64,
-    pub list_off_frees: u64,
-    pub arena_start: *const u8,
-    pub arena_end: *const u8,
-    /// Points at the word of `FLAG_*` bits describing how the process ran.
-    pub flags: *const u64,
-    // Version 2.
-    /// The size word's list index: `(size_word >> size_list_shift) & ((1 << size_list_bits) - 1)`.
-    pub size_list_shift: u64,
-    pub size_list_bits: u64,
-    /// log2 of the alignment asked for, 0 for an ordinary block, in the same way.
-    pub size_align_shift: u64,
-    pub size_align_bits: u64,
-    /// Offset in a list of its sequence counter: odd while a link or unlink is under way.
-    pub list_off_changes: u64,
+    pub nfields: u64,
+    pub fields: [Entry; NFIELDS],
 }
+
+const NFIELDS: usize = 27;
 
 /// The word of flags the descriptor points at, set once at start-up.
 pub static FLAGS: AtomicU64 = AtomicU64::new(0);
@@ -70,38 +38,45 @@ pub const FLAG_RECORDING: u64 = 1;
 // to read, never dereferenced through this type.
 unsafe impl Sync for Layout {}
 
+const fn n(name: &str, value: usize) -> Entry {
+    Entry::number(name, value as u64)
+}
+
 #[no_mangle]
 #[used]
 pub static dmem_layout: Layout = Layout {
-    magic: MAGIC,
-    version: VERSION,
-    header_size: HEADER_SIZE as u64,
-    nframes: NFRAMES as u64,
-    off_next: offset_of!(Header, next) as u64,
-    off_prev: offset_of!(Header, prev) as u64,
-    off_frames: offset_of!(Header, frames) as u64,
-    off_size: offset_of!(Header, size_word) as u64,
-    size_bits: SIZE_BITS as u64,
-    off_tid: offset_of!(Header, tid) as u64,
-    off_magic: offset_of!(Header, magic) as u64,
-    magic_live: MAGIC_LIVE as u64,
-    magic_freed: MAGIC_FREED as u64,
-    lists: lists::LISTS.as_ptr(),
-    nlists: NLISTS as u64,
-    list_stride: core::mem::size_of::<List>() as u64,
-    list_off_head: offset_of!(List, head) as u64,
-    list_off_live_blocks: offset_of!(List, live_blocks) as u64,
-    list_off_live_bytes: offset_of!(List, live_bytes) as u64,
-    list_off_allocs: offset_of!(List, allocs) as u64,
-    list_off_frees: offset_of!(List, frees) as u64,
-    arena_start: bootstrap::ARENA_RANGE.0,
-    arena_end: bootstrap::ARENA_RANGE.1,
-    flags: FLAGS.as_ptr(),
-    size_list_shift: LIST_SHIFT as u64,
-    size_list_bits: LIST_BITS as u64,
-    size_align_shift: ALIGN_SHIFT as u64,
-    size_align_bits: ALIGN_BITS as u64,
-    list_off_changes: offset_of!(List, changes) as u64,
+    magic: descriptor::MAGIC,
+    version: descriptor::VERSION,
+    nfields: NFIELDS as u64,
+    fields: [
+        n(field::HEADER_SIZE, HEADER_SIZE),
+        n(field::NFRAMES, NFRAMES),
+        n(field::OFF_NEXT, offset_of!(Header, next)),
+        n(field::OFF_PREV, offset_of!(Header, prev)),
+        n(field::OFF_FRAMES, offset_of!(Header, frames)),
+        n(field::OFF_SIZE, offset_of!(Header, size_word)),
+        n(field::SIZE_BITS, SIZE_BITS as usize),
+        n(field::OFF_TID, offset_of!(Header, tid)),
+        n(field::OFF_MAGIC, offset_of!(Header, magic)),
+        n(field::MAGIC_LIVE, MAGIC_LIVE as usize),
+        n(field::MAGIC_FREED, MAGIC_FREED as usize),
+        Entry::address(field::LISTS, lists::LISTS.as_ptr()),
+        n(field::NLISTS, NLISTS),
+        n(field::LIST_STRIDE, core::mem::size_of::<List>()),
+        n(field::LIST_OFF_HEAD, offset_of!(List, head)),
+        n(field::LIST_OFF_LIVE_BLOCKS, offset_of!(List, live_blocks)),
+        n(field::LIST_OFF_LIVE_BYTES, offset_of!(List, live_bytes)),
+        n(field::LIST_OFF_ALLOCS, offset_of!(List, allocs)),
+        n(field::LIST_OFF_FREES, offset_of!(List, frees)),
+        n(field::LIST_OFF_CHANGES, offset_of!(List, changes)),
+        Entry::address(field::ARENA_START, bootstrap::ARENA_RANGE.0),
+        Entry::address(field::ARENA_END, bootstrap::ARENA_RANGE.1),
+        Entry::address(field::FLAGS, FLAGS.as_ptr()),
+        n(field::SIZE_LIST_SHIFT, LIST_SHIFT as usize),
+        n(field::SIZE_LIST_BITS, LIST_BITS as usize),
+        n(field::SIZE_ALIGN_SHIFT, ALIGN_SHIFT as usize),
+        n(field::SIZE_ALIGN_BITS, ALIGN_BITS as usize),
+    ],
 };
 
 // The size word's fields are disjoint, fit in 64 bits, and the list index field holds every list.
@@ -111,3 +86,34 @@ const _: () = assert!(ALIGN_SHIFT + ALIGN_BITS <= 64);
 const _: () = assert!(NLISTS <= 1 << LIST_BITS);
 
 const _: () = assert!(header::HEADER_SIZE == 112);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::descriptor::{Fields, OLD_ORDER};
+
+    #[test]
+    fn the_descriptor_reads_back_by_name_with_every_older_field() {
+        // SAFETY: the descriptor is a plain repr(C) static of words and pointers, read as bytes.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(
+                (&dmem_layout as *const Layout).cast::<u8>(),
+                core::mem::size_of::<Layout>(),
+            )
+        };
+        let f = Fields::parse(bytes).expect("the library's own descriptor parses");
+        assert_eq!(f.version, descriptor::VERSION);
+        assert_eq!(f.iter().count(), NFIELDS);
+        for name in OLD_ORDER {
+            assert!(f.get(name).is_some(), "{name} missing");
+        }
+        assert_eq!(f.get(field::HEADER_SIZE), Some(112));
+        assert_eq!(f.get(field::OFF_MAGIC), Some(offset_of!(Header, magic) as u64));
+        assert_eq!(f.get(field::LISTS), Some(lists::LISTS.as_ptr() as u64));
+        assert_eq!(f.get(field::FLAGS), Some(FLAGS.as_ptr() as u64));
+        let mut names: Vec<_> = f.iter().map(|(n, _)| n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), NFIELDS, "a field is written twice");
+    }
+}

@@ -477,19 +477,21 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
         .load_bias(lib, &lib_elf)
         .expect("libdmem.so among the core's mapped files");
     let at = bias + sym;
-    let w = |i: u64| {
-        core.u64(at + 8 * i)
-            .unwrap_or_else(|| panic!("dmem_layout word {i} not in the core"))
-    };
-    assert_eq!(w(0), 0x5459_414c_4d45_4d44, "descriptor magic");
-    assert_eq!(w(1), 2, "descriptor version");
-    assert_eq!(w(2), 112, "header size");
-    let (nframes, off_next, off_prev, off_frames, off_size) = (w(3), w(4), w(5), w(6), w(7));
-    let (size_bits, off_tid, off_magic, magic_live) = (w(8), w(9), w(10), w(11));
-    let (lists, nlists, stride, off_head) = (w(13), w(14), w(15), w(16));
-    let (off_live_blocks, off_live_bytes, off_allocs, off_frees) = (w(17), w(18), w(19), w(20));
-    let flags = core.u64(w(23)).expect("flags word in the core");
-    let (list_shift, list_bits) = (w(24), w(25));
+    let f = common::read_descriptor(at, |a, len| {
+        core.read(a, len)
+            .unwrap_or_else(|| panic!("dmem_layout at {a:#x} not in the core"))
+    });
+    let w = |name: &str| f.get(name).unwrap_or_else(|| panic!("descriptor field {name}"));
+    use common::descriptor::field::*;
+    assert_eq!(w(HEADER_SIZE), 112, "header size");
+    let (nframes, off_next, off_prev) = (w(NFRAMES), w(OFF_NEXT), w(OFF_PREV));
+    let (off_frames, off_size, size_bits) = (w(OFF_FRAMES), w(OFF_SIZE), w(SIZE_BITS));
+    let (off_tid, off_magic, magic_live) = (w(OFF_TID), w(OFF_MAGIC), w(MAGIC_LIVE));
+    let (lists, nlists, stride, off_head) = (w(LISTS), w(NLISTS), w(LIST_STRIDE), w(LIST_OFF_HEAD));
+    let (off_live_blocks, off_live_bytes) = (w(LIST_OFF_LIVE_BLOCKS), w(LIST_OFF_LIVE_BYTES));
+    let (off_allocs, off_frees) = (w(LIST_OFF_ALLOCS), w(LIST_OFF_FREES));
+    let flags = core.u64(w(FLAGS)).expect("flags word in the core");
+    let (list_shift, list_bits) = (w(SIZE_LIST_SHIFT), w(SIZE_LIST_BITS));
     assert!(
         list_shift >= size_bits && list_bits >= 6,
         "size word fields overlap"

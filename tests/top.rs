@@ -84,19 +84,20 @@ impl Counters {
             .symbol(SHT_DYNSYM, "dmem_layout")
             .expect("dmem_layout in .dynsym");
         let bias = elfcore::load_bias(&elf, &spans).expect("libdmem.so mapped in the fixture");
-        let raw = read_remote(pid, bias + sym, 29 * 8);
-        let w = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
-        assert_eq!(
-            (w(0), w(1)),
-            (u64::from_le_bytes(*b"DMEMLAYT"), 2),
-            "descriptor v2"
-        );
+        let f = common::read_descriptor(bias + sym, |a, len| read_remote(pid, a, len));
+        use common::descriptor::field::*;
+        let w = |name: &str| f.get(name).unwrap_or_else(|| panic!("descriptor field {name}"));
         Counters {
             pid,
-            lists: w(13),
-            nlists: w(14),
-            stride: w(15),
-            offs: [w(17), w(18), w(19), w(20)],
+            lists: w(LISTS),
+            nlists: w(NLISTS),
+            stride: w(LIST_STRIDE),
+            offs: [
+                w(LIST_OFF_LIVE_BLOCKS),
+                w(LIST_OFF_LIVE_BYTES),
+                w(LIST_OFF_ALLOCS),
+                w(LIST_OFF_FREES),
+            ],
         }
     }
 

@@ -8,6 +8,10 @@
 //! comments say it runs while the process's other threads are stopped.
 
 pub mod arena;
+// The library writes the descriptor and parses it only in its tests; the readers are the
+// launcher and the integration tests.
+#[cfg_attr(not(test), allow(dead_code))]
+pub mod descriptor;
 pub mod maps;
 pub mod reach;
 pub mod roots;

@@ -2,6 +2,9 @@
 //! program with the library preloaded, scratch directories and core files.
 #![allow(dead_code)]
 
+/// The layout descriptor's format and field names: the definition the library writes from.
+#[path = "../../src/analysis/descriptor.rs"]
+pub mod descriptor;
 pub mod run;
 
 use std::path::{Path, PathBuf};
@@ -175,4 +178,16 @@ pub fn make_core(dir: &Path, prog: &Path, args: &[&str], opts: &str, lib: &Path)
     });
     assert!(core.is_file(), "{} does not exist:\n{err}", core.display());
     core
+}
+
+/// The layout descriptor at `at`, read with `read(addr, len)`, its fields by name.
+pub fn read_descriptor(at: u64, read: impl Fn(u64, usize) -> Vec<u8>) -> descriptor::Fields {
+    let len = descriptor::size(&read(at, descriptor::HEAD_LEN)).expect("a descriptor we read");
+    let fields = descriptor::Fields::parse(&read(at, len)).expect("the descriptor's fields");
+    assert_eq!(
+        fields.version,
+        descriptor::VERSION,
+        "the library writes this version"
+    );
+    fields
 }

@@ -17,22 +17,21 @@
 //! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
 //! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
+use crate::analysis::descriptor::{self, field, Fields};
 use crate::source::elf::{self, ElfObject};
 use crate::source::mappings::Mappings;
 use crate::source::memory::{AddrHash, Memory, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-/// "DMEMLAYT" read as a little-endian word.
-pub const LAYOUT_MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
 /// Most lists a descriptor may claim, and most frames a header may hold: beyond these a
 /// descriptor is corrupt, whatever it says.
 const MAX_LISTS: u64 = 4096;
 const MAX_FRAMES: u64 = 64;
 const MAX_HEADER: u64 = 4096;
 
-/// The layout descriptor as the library exported it (see src/layout.rs: its field order is the
-/// format).
+/// The layout descriptor's fields as the walk uses them, looked up by name in what the library
+/// exported (`analysis::descriptor` defines the format).
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub version: u64,
@@ -85,65 +84,57 @@ impl From<ReadError> for LayoutError {
 }
 
 impl Layout {
-    /// Reads and checks the descriptor at `addr`.
+    /// Reads and checks the descriptor at `addr`, looking its fields up by name.
     pub fn read(mem: &dyn Memory, addr: u64) -> Result<Layout, LayoutError> {
-        let mut head = [0u8; 16];
+        let mut head = [0u8; descriptor::HEAD_LEN];
         mem.read(addr, &mut head)?;
-        let word = |b: &[u8], i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
-        if word(&head, 0) != LAYOUT_MAGIC {
+        if head[..8] != descriptor::MAGIC.to_le_bytes() {
             return Err(LayoutError::Invalid(format!("no descriptor magic at {addr:#x}")));
         }
-        let version = word(&head, 1);
-        let nwords = match version {
-            1 => 24,
-            2 => 29,
-            v => {
-                return Err(LayoutError::Invalid(format!(
-                    "the descriptor is version {v}; this dmem reads versions 1 and 2"
-                )))
-            }
-        };
-        let mut raw = vec![0u8; 8 * nwords];
+        let len = descriptor::size(&head).map_err(LayoutError::Invalid)?;
+        let mut raw = vec![0u8; len];
         mem.read(addr, &mut raw)?;
-        let w = |i: usize| word(&raw, i);
+        let f = Fields::parse(&raw).map_err(LayoutError::Invalid)?;
+        let w = |name: &str| f.need(name).map_err(LayoutError::Invalid);
         // Version 1 did not publish the size word's fields; its writer put them right above
         // the size.
-        let (size_list_shift, size_list_bits, size_align_shift, size_align_bits, list_off_changes) =
-            if version == 1 {
-                (w(8), 8, w(8) + 8, 8, None)
-            } else {
-                (w(24), w(25), w(26), w(27), Some(w(28)))
-            };
+        let size_bits = w(field::SIZE_BITS)?;
+        let old = f.version == 1;
+        let or_v1 = |name: &str, v1: u64| if old { Ok(v1) } else { w(name) };
         let l = Layout {
-            version,
-            header_size: w(2),
-            nframes: w(3),
-            off_next: w(4),
-            off_prev: w(5),
-            off_frames: w(6),
-            off_size: w(7),
-            size_bits: w(8),
-            off_tid: w(9),
-            off_magic: w(10),
-            magic_live: w(11) as u32,
-            lists: w(13),
-            nlists: w(14),
-            list_stride: w(15),
-            list_off_head: w(16),
-            list_off_live_blocks: w(17),
-            list_off_live_bytes: w(18),
-            list_off_allocs: w(19),
-            list_off_frees: w(20),
-            flags_addr: w(23),
-            size_list_shift,
-            size_list_bits,
-            size_align_shift,
-            size_align_bits,
-            magic_freed: w(12) as u32,
-            arena_start: w(21),
-            arena_end: w(22),
+            version: f.version,
+            header_size: w(field::HEADER_SIZE)?,
+            nframes: w(field::NFRAMES)?,
+            off_next: w(field::OFF_NEXT)?,
+            off_prev: w(field::OFF_PREV)?,
+            off_frames: w(field::OFF_FRAMES)?,
+            off_size: w(field::OFF_SIZE)?,
+            size_bits,
+            off_tid: w(field::OFF_TID)?,
+            off_magic: w(field::OFF_MAGIC)?,
+            magic_live: w(field::MAGIC_LIVE)? as u32,
+            lists: w(field::LISTS)?,
+            nlists: w(field::NLISTS)?,
+            list_stride: w(field::LIST_STRIDE)?,
+            list_off_head: w(field::LIST_OFF_HEAD)?,
+            list_off_live_blocks: w(field::LIST_OFF_LIVE_BLOCKS)?,
+            list_off_live_bytes: w(field::LIST_OFF_LIVE_BYTES)?,
+            list_off_allocs: w(field::LIST_OFF_ALLOCS)?,
+            list_off_frees: w(field::LIST_OFF_FREES)?,
+            flags_addr: w(field::FLAGS)?,
+            size_list_shift: or_v1(field::SIZE_LIST_SHIFT, size_bits)?,
+            size_list_bits: or_v1(field::SIZE_LIST_BITS, 8)?,
+            size_align_shift: or_v1(field::SIZE_ALIGN_SHIFT, size_bits + 8)?,
+            size_align_bits: or_v1(field::SIZE_ALIGN_BITS, 8)?,
+            magic_freed: w(field::MAGIC_FREED)? as u32,
+            arena_start: w(field::ARENA_START)?,
+            arena_end: w(field::ARENA_END)?,
             addr,
-            list_off_changes,
+            list_off_changes: if old {
+                None
+            } else {
+                Some(w(field::LIST_OFF_CHANGES)?)
+            },
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
@@ -255,7 +246,7 @@ pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), Lo
 /// rebuilt or removed since, has no file to read `.dynsym` from, but its descriptor is still in
 /// the core, among the library's data.
 pub fn locate_by_magic(mem: &dyn Memory, maps: &Mappings) -> Option<(Layout, PathBuf)> {
-    let magic = LAYOUT_MAGIC.to_le_bytes();
+    let magic = descriptor::MAGIC.to_le_bytes();
     for path in maps.files() {
         if path.exists() && !path.to_string_lossy().contains("dmem") {
             continue;
@@ -890,43 +881,41 @@ pub mod tests {
     const STRIDE: u64 = 128;
     const NLISTS: u64 = 2;
 
-    /// A descriptor of this crate's own layout (version 2), two lists.
+    /// The fields of a descriptor of this crate's own layout, two lists.
+    const FAKE_FIELDS: [(&str, u64); 27] = [
+        (field::HEADER_SIZE, 112),
+        (field::NFRAMES, 10),
+        (field::OFF_NEXT, 0),
+        (field::OFF_PREV, 8),
+        (field::OFF_FRAMES, 16),
+        (field::OFF_SIZE, 96),
+        (field::SIZE_BITS, 48),
+        (field::OFF_TID, 104),
+        (field::OFF_MAGIC, 108),
+        (field::MAGIC_LIVE, 0xd3e3_a11c),
+        (field::MAGIC_FREED, 0xd3e3_f4ee),
+        (field::LISTS, LISTS),
+        (field::NLISTS, NLISTS),
+        (field::LIST_STRIDE, STRIDE),
+        (field::LIST_OFF_HEAD, 0),
+        (field::LIST_OFF_LIVE_BLOCKS, 8),
+        (field::LIST_OFF_LIVE_BYTES, 16),
+        (field::LIST_OFF_ALLOCS, 24),
+        (field::LIST_OFF_FREES, 32),
+        (field::LIST_OFF_CHANGES, 40),
+        (field::ARENA_START, 0),
+        (field::ARENA_END, 0),
+        (field::FLAGS, FLAGS),
+        (field::SIZE_LIST_SHIFT, 48),
+        (field::SIZE_LIST_BITS, 8),
+        (field::SIZE_ALIGN_SHIFT, 56),
+        (field::SIZE_ALIGN_BITS, 8),
+    ];
+
+    /// A process with the descriptor at `DESC` and two empty lists.
     pub fn fake_process() -> FakeMemory {
         let m = FakeMemory::default();
-        let words: [u64; 29] = [
-            LAYOUT_MAGIC,
-            2,
-            112,
-            10,
-            0,
-            8,
-            16,
-            96,
-            48,
-            104,
-            108,
-            0xd3e3_a11c,
-            0xd3e3_f4ee,
-            LISTS,
-            NLISTS,
-            STRIDE,
-            0,
-            8,
-            16,
-            24,
-            32,
-            0,
-            0,
-            FLAGS,
-            48,
-            8,
-            56,
-            8,
-            40,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            m.put_u64(DESC + 8 * i as u64, *w);
-        }
+        m.put(DESC, &descriptor::encode(&FAKE_FIELDS));
         m.put_u64(FLAGS, FLAG_RECORDING);
         for i in 0..NLISTS {
             m.put(LISTS + i * STRIDE, &[0u8; STRIDE as usize]);
@@ -965,7 +954,7 @@ pub mod tests {
         link(&m, 0, 0x10100, 200, 7, &[0xa, 0xb]);
         link(&m, 1, 0x10200, 300, 8, &[0xc]);
         let l = Layout::read(&m, DESC).unwrap();
-        assert_eq!(l.version, 2);
+        assert_eq!(l.version, descriptor::VERSION);
         assert_eq!(l.flags(&m).unwrap(), FLAG_RECORDING);
         let w = walk(&m, &l, WalkOptions::default()).unwrap();
         assert_eq!(w.inconsistent(), 0);
@@ -1126,10 +1115,52 @@ pub mod tests {
     }
 
     #[test]
+    fn a_version_2_descriptor_reads_as_its_fields_in_order() {
+        let m = fake_process();
+        let v3 = Layout::read(&m, DESC).unwrap();
+        let words = descriptor::OLD_ORDER.map(|name| FAKE_FIELDS.iter().find(|(n, _)| *n == name).unwrap().1);
+        let old = 0x8000;
+        m.put_u64(old, descriptor::MAGIC);
+        m.put_u64(old + 8, 2);
+        for (i, w) in words.iter().enumerate() {
+            m.put_u64(old + 16 + 8 * i as u64, *w);
+        }
+        let v2 = Layout::read(&m, old).unwrap();
+        assert_eq!(v2.version, 2);
+        assert_eq!(
+            format!(
+                "{:?}",
+                Layout {
+                    addr: 0,
+                    version: 0,
+                    ..v2
+                }
+            ),
+            format!(
+                "{:?}",
+                Layout {
+                    addr: 0,
+                    version: 0,
+                    ..v3
+                }
+            )
+        );
+    }
+
+    #[test]
     fn a_corrupt_descriptor_is_refused() {
         let m = fake_process();
-        m.put_u64(DESC + 8 * 14, 1 << 40);
+        // The value of the thirteenth entry, `nlists`.
+        let nlists = DESC + (descriptor::HEAD_LEN + 12 * descriptor::ENTRY_LEN + descriptor::NAME_LEN) as u64;
+        m.put_u64(nlists, 1 << 40);
         assert!(matches!(Layout::read(&m, DESC), Err(LayoutError::Invalid(_))));
+        m.put_u64(nlists, NLISTS);
+        // A field renamed is a field missing, and named as such.
+        m.put(nlists - descriptor::NAME_LEN as u64, b"nlistz");
+        let Err(LayoutError::Invalid(why)) = Layout::read(&m, DESC) else {
+            panic!("a descriptor without nlists accepted")
+        };
+        assert_eq!(why, "the descriptor has no field nlists");
         m.put_u64(DESC + 8, 9);
         let Err(LayoutError::Invalid(why)) = Layout::read(&m, DESC) else {
             panic!("version 9 accepted")

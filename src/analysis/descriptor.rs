@@ -1,0 +1,233 @@
+//! The layout descriptor's format: the one definition the library writes (`layout.rs`) and
+//! every reader looks up (the launcher's walk, the tests).
+//!
+//! From version 3 the descriptor describes itself: three words (magic, version, the number of
+//! fields) and then one entry per field, a NUL-padded name of `NAME_LEN` bytes and a 64-bit
+//! value, an offset, a width, a constant or an address. A reader asks for fields by name, so a
+//! field added later costs old readers nothing; `VERSION` goes up only when the meaning of an
+//! existing field changes, and a reader refuses a version it does not know in one line.
+//! Versions 1 and 2 were bare words in a fixed order, `OLD_ORDER`, which a reader turns into
+//! the same named fields.
+
+/// "DMEMLAYT" read as a little-endian word.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
+/// The version the library writes.
+pub const VERSION: u64 = 3;
+/// Bytes of a field's name, NUL included.
+pub const NAME_LEN: usize = 24;
+/// Bytes before the first entry: magic, version and count.
+pub const HEAD_LEN: usize = 24;
+/// Bytes of one entry: the name, then the value.
+pub const ENTRY_LEN: usize = NAME_LEN + 8;
+/// Beyond this many fields a descriptor is corrupt, whatever it says.
+const MAX_FIELDS: u64 = 256;
+
+/// The fields' names, shared by the writer and the readers so that a misspelt one is a
+/// compile error, not a field that is silently absent.
+pub mod field {
+    /// Bytes in a header, before the user's block.
+    pub const HEADER_SIZE: &str = "header_size";
+    /// Return addresses a header holds.
+    pub const NFRAMES: &str = "nframes";
+    /// Offsets in a header of its list links, frames, size word, thread id and magic.
+    pub const OFF_NEXT: &str = "off_next";
+    pub const OFF_PREV: &str = "off_prev";
+    pub const OFF_FRAMES: &str = "off_frames";
+    pub const OFF_SIZE: &str = "off_size";
+    /// Low bits of the size word that hold the block's size.
+    pub const SIZE_BITS: &str = "size_bits";
+    pub const OFF_TID: &str = "off_tid";
+    pub const OFF_MAGIC: &str = "off_magic";
+    /// The 32-bit magic of a live header, and of one freed.
+    pub const MAGIC_LIVE: &str = "magic_live";
+    pub const MAGIC_FREED: &str = "magic_freed";
+    /// Address of the first list, their number and the bytes from one to the next.
+    pub const LISTS: &str = "lists";
+    pub const NLISTS: &str = "nlists";
+    pub const LIST_STRIDE: &str = "list_stride";
+    /// Offsets in a list of its head and its counters.
+    pub const LIST_OFF_HEAD: &str = "list_off_head";
+    pub const LIST_OFF_LIVE_BLOCKS: &str = "list_off_live_blocks";
+    pub const LIST_OFF_LIVE_BYTES: &str = "list_off_live_bytes";
+    pub const LIST_OFF_ALLOCS: &str = "list_off_allocs";
+    pub const LIST_OFF_FREES: &str = "list_off_frees";
+    /// The bounds of the bootstrap arena that serves allocations made before `dlsym` works.
+    pub const ARENA_START: &str = "arena_start";
+    pub const ARENA_END: &str = "arena_end";
+    /// Address of the word of flags describing how the process ran.
+    pub const FLAGS: &str = "flags";
+    /// The size word's list index and alignment fields: `(word >> shift) & ((1 << bits) - 1)`.
+    pub const SIZE_LIST_SHIFT: &str = "size_list_shift";
+    pub const SIZE_LIST_BITS: &str = "size_list_bits";
+    pub const SIZE_ALIGN_SHIFT: &str = "size_align_shift";
+    pub const SIZE_ALIGN_BITS: &str = "size_align_bits";
+    /// Offset in a list of its sequence counter, odd while a link or unlink is under way.
+    pub const LIST_OFF_CHANGES: &str = "list_off_changes";
+}
+
+/// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
+/// `SIZE_LIST_SHIFT`.
+pub const OLD_ORDER: [&str; 27] = [
+    field::HEADER_SIZE,
+    field::NFRAMES,
+    field::OFF_NEXT,
+    field::OFF_PREV,
+    field::OFF_FRAMES,
+    field::OFF_SIZE,
+    field::SIZE_BITS,
+    field::OFF_TID,
+    field::OFF_MAGIC,
+    field::MAGIC_LIVE,
+    field::MAGIC_FREED,
+    field::LISTS,
+    field::NLISTS,
+    field::LIST_STRIDE,
+    field::LIST_OFF_HEAD,
+    field::LIST_OFF_LIVE_BLOCKS,
+    field::LIST_OFF_LIVE_BYTES,
+    field::LIST_OFF_ALLOCS,
+    field::LIST_OFF_FREES,
+    field::ARENA_START,
+    field::ARENA_END,
+    field::FLAGS,
+    field::SIZE_LIST_SHIFT,
+    field::SIZE_LIST_BITS,
+    field::SIZE_ALIGN_SHIFT,
+    field::SIZE_ALIGN_BITS,
+    field::LIST_OFF_CHANGES,
+];
+const V1_WORDS: usize = 22;
+
+/// One entry as the library lays it out. The value is a pointer so that an address can be
+/// written in a static and relocated by the loader; numbers are stored as pointers without
+/// provenance, never dereferenced.
+#[repr(C)]
+pub struct Entry {
+    pub name: [u8; NAME_LEN],
+    pub value: *const u8,
+}
+
+impl Entry {
+    /// An entry holding a number.
+    pub const fn number(name: &str, value: u64) -> Entry {
+        Entry {
+            name: padded(name),
+            value: core::ptr::without_provenance(value as usize),
+        }
+    }
+
+    /// An entry holding an address in the library.
+    pub const fn address<T>(name: &str, at: *const T) -> Entry {
+        Entry {
+            name: padded(name),
+            value: at.cast(),
+        }
+    }
+}
+
+/// `name` NUL-padded to `NAME_LEN` bytes; a name too long to keep its NUL fails the build.
+const fn padded(name: &str) -> [u8; NAME_LEN] {
+    let b = name.as_bytes();
+    assert!(b.len() < NAME_LEN, "descriptor field name too long");
+    let mut out = [0u8; NAME_LEN];
+    let mut i = 0;
+    while i < b.len() {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
+}
+
+fn word(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The descriptor's size in bytes from its first `HEAD_LEN` bytes, so that a reader can read
+/// the rest; refuses what is not a descriptor or is of a version this reader does not know.
+pub fn size(head: &[u8]) -> Result<usize, String> {
+    if head.len() < HEAD_LEN || word(head, 0) != MAGIC {
+        return Err("no descriptor magic".into());
+    }
+    match word(head, 8) {
+        1 => Ok(8 * (2 + V1_WORDS)),
+        2 => Ok(8 * (2 + OLD_ORDER.len())),
+        3 => {
+            let n = word(head, 16);
+            if n > MAX_FIELDS {
+                return Err(format!("the descriptor claims {n} fields"));
+            }
+            Ok(HEAD_LEN + n as usize * ENTRY_LEN)
+        }
+        v => Err(format!(
+            "the descriptor is version {v}; this dmem reads versions 1 to {VERSION}"
+        )),
+    }
+}
+
+/// A descriptor's fields by name.
+#[derive(Clone, Debug)]
+pub struct Fields {
+    pub version: u64,
+    named: Vec<(String, u64)>,
+}
+
+impl Fields {
+    /// Reads the whole descriptor, `size(bytes)` bytes of it.
+    pub fn parse(bytes: &[u8]) -> Result<Fields, String> {
+        let len = size(bytes)?;
+        if bytes.len() < len {
+            return Err(format!("the descriptor needs {len} bytes, {} given", bytes.len()));
+        }
+        let version = word(bytes, 8);
+        let named = if version < 3 {
+            let n = if version == 1 { V1_WORDS } else { OLD_ORDER.len() };
+            (0..n)
+                .map(|i| (OLD_ORDER[i].to_string(), word(bytes, 16 + 8 * i)))
+                .collect()
+        } else {
+            let mut named = Vec::new();
+            for e in bytes[HEAD_LEN..len].chunks_exact(ENTRY_LEN) {
+                let name = &e[..NAME_LEN];
+                let end = name
+                    .iter()
+                    .position(|&b| b == 0)
+                    .ok_or("a field name has no end")?;
+                let name = core::str::from_utf8(&name[..end]).map_err(|_| "a field name is not text")?;
+                named.push((name.to_string(), word(e, NAME_LEN)));
+            }
+            named
+        };
+        Ok(Fields { version, named })
+    }
+
+    /// The value of a field, if the descriptor has it.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.named.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+    }
+
+    /// The value of a field every reader needs, or why not.
+    pub fn need(&self, name: &str) -> Result<u64, String> {
+        self.get(name)
+            .ok_or_else(|| format!("the descriptor has no field {name}"))
+    }
+
+    /// The fields in the descriptor's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.named.iter().map(|(n, v)| (n.as_str(), *v))
+    }
+}
+
+/// A version 3 descriptor's bytes for `fields`, as the library lays it out: for readers' tests.
+pub fn encode(fields: &[(&str, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEAD_LEN + fields.len() * ENTRY_LEN);
+    for w in [MAGIC, VERSION, fields.len() as u64] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    for (name, value) in fields {
+        out.extend_from_slice(&padded(name));
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out
+}
