@@ -58,6 +58,8 @@ pub enum Command {
     Top(TopArgs),
     Snapshot(SnapshotArgs),
     Diff(DiffArgs),
+    Serve(ServeArgs),
+    Record(RecordArgs),
     Demo(DemoArgs),
     Install(InstallArgs),
     Completions(CompletionsArgs),
@@ -83,6 +85,8 @@ impl Command {
             Command::Top(_) => "top",
             Command::Snapshot(_) => "snapshot",
             Command::Diff(_) => "diff",
+            Command::Serve(_) => "serve",
+            Command::Record(_) => "record",
             Command::Demo(_) => "demo",
             Command::Install(_) => "install",
             Command::Completions(_) => "completions",
@@ -459,6 +463,60 @@ pub struct SnapshotArgs {
     pub format: SnapshotFormat,
 }
 
+/// Serve heap profiles and metrics over HTTP, for pprof, Parca, Pyroscope and Prometheus
+///
+/// Answers, for processes running with libdmem.so preloaded, read without stopping them (as
+/// 'dmem top' reads):
+///   GET /debug/pprof/heap?pid=PID  the gzipped pprof profile 'dmem snapshot' writes (pid may be
+///                                  left out when one process is served)
+///   GET /debug/pprof/              the processes served, with links to their profiles
+///   GET /metrics                   Prometheus text: dmem_live_bytes, dmem_live_blocks,
+///                                  dmem_allocations_total, dmem_frees_total per process
+///                                  (labels pid and comm), and how long the reads took
+///
+/// Without PIDs it serves every process on the host that has libdmem.so loaded and that dmem may
+/// read, found again at each request. A process that has ended or refuses the read gets an HTTP
+/// error and one line on standard error. Runs until Ctrl-C.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct ServeArgs {
+    /// Where to listen; loopback unless told otherwise
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6060")]
+    pub listen: std::net::SocketAddr,
+    /// Serve only these processes (default: every one with libdmem.so loaded that dmem may read)
+    #[arg(value_name = "PID", value_parser = parse_pid)]
+    pub pids: Vec<i32>,
+}
+
+/// Write heap profiles of a running process periodically, and at each new peak of live bytes
+///
+/// Every SECS seconds, reads process PID's live-block lists without stopping it and writes a
+/// pprof profile (as 'dmem snapshot' does) to DIR, named PROG.PID.YYYYmmddTHHMMSSZ.pb.gz. With
+/// --at-peak it also watches the library's counters ten times a second and writes a profile
+/// named ...peak.pb.gz each time live bytes pass the highest seen so far by PCT percent, so the
+/// last peak profile shows what held memory at the peak, even if an OOM kill ends the process
+/// later. Ends on Ctrl-C or when the process ends, with a line saying what was written and the
+/// peak.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct RecordArgs {
+    /// The process to record
+    #[arg(value_name = "PID", value_parser = parse_pid)]
+    pub pid: i32,
+    /// Seconds between profiles; fractions allowed
+    #[arg(long, value_name = "SECS", required = true, value_parser = parse_interval)]
+    pub every: f64,
+    /// The directory to write the profiles to (created if missing)
+    #[arg(short = 'o', long = "output", value_name = "DIR", required = true)]
+    pub output: PathBuf,
+    /// Keep only the N newest periodic profiles, and the N newest peak profiles (default: all)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
+    /// Also write a profile each time live bytes pass the highest seen by PCT percent
+    #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "10", value_parser = parse_percent)]
+    pub at_peak: Option<f64>,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotFormat {
     Pprof,
@@ -550,8 +608,15 @@ fn parse_interval(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.1..=10000.0).contains(&v) => Ok(v),
+        _ => Err("the percentage is a number between 0.1 and 10000, e.g. 10".into()),
+    }
+}
+
 /// The subcommands, for messages.
-const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, report, flamegraph, top, snapshot, diff, demo, install and completions";
+const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, report, flamegraph, top, snapshot, diff, serve, record, demo, install and completions";
 
 /// Parses the command line. On a mistake, or when help or the version was asked for, gives what
 /// to print, where, and the exit status instead.

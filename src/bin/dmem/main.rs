@@ -134,6 +134,8 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Top(a) => commands::top::main(a),
         Snapshot(a) => commands::snapshot::command(&a.source, &a.output, a.format),
         Diff(a) => commands::diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
+        Serve(a) => commands::serve::main(a),
+        Record(a) => commands::record::main(a),
         Demo(a) => commands::demo::main(a),
         Install(a) => commands::install::main(a),
         Completions(a) => {

@@ -279,12 +279,39 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The counters of one list from its bytes, `list_stride` of them.
+    fn of_list(l: &Layout, raw: &[u8]) -> Counters {
+        Counters {
+            live_blocks: word_at(raw, l.list_off_live_blocks),
+            live_bytes: word_at(raw, l.list_off_live_bytes),
+            allocs: word_at(raw, l.list_off_allocs),
+            frees: word_at(raw, l.list_off_frees),
+        }
+    }
+
     fn add(&mut self, o: &Counters) {
         self.live_blocks += o.live_blocks;
         self.live_bytes += o.live_bytes;
         self.allocs += o.allocs;
         self.frees += o.frees;
     }
+}
+
+fn word_at(raw: &[u8], off: u64) -> u64 {
+    u64::from_le_bytes(raw[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+/// Every list's counters summed, without walking a list: what a metric or a poll for a new peak
+/// needs, read in one copy of the list heads. Each list's words are as its lock left them, but
+/// the lists are not read at one instant.
+pub fn counters(mem: &dyn Memory, l: &Layout) -> Result<Counters, ReadError> {
+    let mut raw = vec![0u8; (l.nlists * l.list_stride) as usize];
+    mem.read_fresh(l.lists, &mut raw)?;
+    let mut sum = Counters::default();
+    for list in raw.chunks_exact(l.list_stride as usize) {
+        sum.add(&Counters::of_list(l, list));
+    }
+    Ok(sum)
 }
 
 /// One live block.
@@ -544,19 +571,13 @@ fn read_list(
     if let Err(e) = mem.read(base, &mut raw) {
         return unreadable(e);
     }
-    let word = |off: u64| u64::from_le_bytes(raw[off as usize..off as usize + 8].try_into().unwrap());
-    let counters = Counters {
-        live_blocks: word(l.list_off_live_blocks),
-        live_bytes: word(l.list_off_live_bytes),
-        allocs: word(l.list_off_allocs),
-        frees: word(l.list_off_frees),
-    };
+    let counters = Counters::of_list(l, &raw);
     let walked = walk_headers(
         mem,
         l,
         i,
         base + l.list_off_head,
-        word(l.list_off_head),
+        word_at(&raw, l.list_off_head),
         counters.live_blocks,
         s,
         strict,

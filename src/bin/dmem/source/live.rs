@@ -18,6 +18,19 @@ pub struct LiveProcess {
     pub layout: Layout,
 }
 
+impl LiveProcess {
+    /// The library's counters summed over its lists, read without walking them.
+    pub fn counters(&self) -> Result<heapwalk::Counters> {
+        heapwalk::counters(&self.mem, &self.layout).map_err(|e| match e {
+            ReadError::Denied(e) => refused(self.pid, &e),
+            ReadError::Unmapped => failed(format!(
+                "process {} ({}): its lists cannot be read",
+                self.pid, self.name
+            )),
+        })
+    }
+}
+
 /// Opens process `pid` for reading. Nothing here stops or attaches to it.
 pub fn open(pid: i32) -> Result<LiveProcess> {
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -69,6 +82,63 @@ pub fn open(pid: i32) -> Result<LiveProcess> {
         maps,
         layout,
     })
+}
+
+/// The processes on this host that have libdmem.so loaded and whose mappings this user may read
+/// (the same rule as reading their memory), with their names, found again at each call.
+/// A process has the library when a file it maps exports `dmem_layout`, whatever the file's
+/// name; files named like the library are looked at first, and each file's answer is kept
+/// until it changes on disk, so a call costs one read of each process's mappings.
+pub fn preloaded() -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    let me = std::process::id() as i32;
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(maps) = Mappings::of_process(pid) else {
+            continue;
+        };
+        let mut files = maps.files();
+        files.sort_by_key(|p| !p.to_string_lossy().contains("dmem"));
+        if files.into_iter().any(exports_layout) {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim_end().to_owned())
+                .unwrap_or_default();
+            out.push((pid, name));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Whether the file exports `dmem_layout`, remembered by path, size and modification time.
+fn exports_layout(path: &std::path::Path) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    type Key = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
+    static SEEN: LazyLock<Mutex<HashMap<Key, bool>>> = LazyLock::new(Default::default);
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    if let Some(&known) = SEEN.lock().unwrap().get(&key) {
+        return known;
+    }
+    let answer = crate::source::elf::dynamic_symbol(path, "dmem_layout").is_some();
+    let mut seen = SEEN.lock().unwrap();
+    // Bounded: a host that maps ever new files (rebuilt libraries) starts over now and then.
+    if seen.len() > 16_384 {
+        seen.clear();
+    }
+    seen.insert(key, answer);
+    answer
 }
 
 /// Whether `pid` still exists (a zombie counts as gone: its memory is).

@@ -1,0 +1,175 @@
+//! `dmem record PID --every SECS -o DIR [--keep N] [--at-peak [PCT]]`: heap profiles of a
+//! running process written periodically, and at each new peak of live bytes, as jemalloc's and
+//! tcmalloc's profilers and heapprofd do, because the question after an OOM kill is what held
+//! memory at the peak, and an OOM kill leaves no core.
+//!
+//! The periodic profiles follow the clock. The peaks are watched through the library's own
+//! counters (a few words per list, read ten times a second), and a full read of the lists is
+//! made only when live bytes pass the last peak profile's by the given percentage: a process
+//! that grows slowly gets a profile at each such step, and the last one was taken at most that
+//! percentage below the true peak.
+
+use crate::cli::SnapshotFormat;
+use crate::cli::{show, RecordArgs};
+use crate::commands::snapshot::{write_to, Source};
+use crate::model::text::thousands;
+use crate::source::image::Target;
+use crate::source::live;
+use crate::sys::{self, INTERRUPTED};
+use crate::{failed, Result};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the counters are read for a new peak.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The profiles written so far, and the oldest ones let go when `--keep` says so.
+struct Kept {
+    files: VecDeque<PathBuf>,
+    keep: Option<u64>,
+}
+
+impl Kept {
+    fn add(&mut self, path: PathBuf) {
+        self.files.push_back(path);
+        while self.keep.is_some_and(|k| self.files.len() as u64 > k) {
+            if let Some(old) = self.files.pop_front() {
+                if let Err(e) = std::fs::remove_file(&old) {
+                    eprintln!("dmem record: cannot remove {}: {e}", show(&old));
+                }
+            }
+        }
+    }
+}
+
+pub fn main(a: RecordArgs) -> Result<i32> {
+    let target = live::open(a.pid)?;
+    std::fs::create_dir_all(&a.output)
+        .map_err(|e| failed(format!("cannot create {}: {e}", show(&a.output))))?;
+    sys::catch_interrupt();
+    let every = Duration::from_secs_f64(a.every);
+    let stem = format!("{}.{}", file_safe(&target.name), a.pid);
+    let mut periodic = Kept {
+        files: VecDeque::new(),
+        keep: a.keep,
+    };
+    let mut peaks = Kept {
+        files: VecDeque::new(),
+        keep: a.keep,
+    };
+    let (mut written, mut at_peaks) = (0u64, 0u64);
+    // The highest live bytes seen, and when; and the live bytes of the last peak profile, which
+    // the next one must pass by the percentage.
+    let mut highest: Option<(u64, SystemTime)> = None;
+    let mut peak_base: Option<u64> = None;
+    let mut next = Instant::now();
+    let ended = loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break "interrupted";
+        }
+        if !live::alive(a.pid) {
+            break "the process ended";
+        }
+        if let Some(pct) = a.at_peak {
+            let c = match target.counters() {
+                Ok(c) => c,
+                Err(_) if !live::alive(a.pid) => break "the process ended",
+                Err(f) => return Err(f),
+            };
+            note_high(&mut highest, c.live_bytes);
+            let base = *peak_base.get_or_insert(c.live_bytes);
+            if c.live_bytes as f64 > base as f64 * (1.0 + pct / 100.0) {
+                match take(a.pid, &a.output, &stem, "peak.")? {
+                    Some((path, bytes)) => {
+                        note_high(&mut highest, bytes);
+                        peak_base = Some(bytes.max(c.live_bytes));
+                        peaks.add(path);
+                        written += 1;
+                        at_peaks += 1;
+                    }
+                    None => break "the process ended",
+                }
+            }
+        }
+        if Instant::now() >= next {
+            match take(a.pid, &a.output, &stem, "")? {
+                Some((path, bytes)) => {
+                    note_high(&mut highest, bytes);
+                    periodic.add(path);
+                    written += 1;
+                }
+                None => break "the process ended",
+            }
+            next += every;
+            // A profile that took longer than the interval does not make a burst of catch-ups.
+            next = next.max(Instant::now());
+        }
+        let wake = if a.at_peak.is_some() {
+            next.min(Instant::now() + POLL)
+        } else {
+            next
+        };
+        while Instant::now() < wake && !INTERRUPTED.load(Ordering::SeqCst) {
+            std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(POLL));
+        }
+    };
+    let peak = match highest {
+        Some((bytes, when)) => format!(
+            "; peak {} live bytes at {}",
+            thousands(bytes),
+            humantime::format_rfc3339_seconds(when)
+        ),
+        None => String::new(),
+    };
+    eprintln!(
+        "dmem record: {ended}: {written} profile{} written to {} ({at_peaks} at peaks){peak}",
+        if written == 1 { "" } else { "s" },
+        show(&a.output)
+    );
+    Ok(0)
+}
+
+fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
+    if highest.is_none_or(|(h, _)| bytes > h) {
+        *highest = Some((bytes, SystemTime::now()));
+    }
+}
+
+/// A profile of the process now, written to DIR/STEM.STAMP.KINDpb.gz: its path and live bytes;
+/// `None` when the process has ended.
+fn take(pid: i32, dir: &Path, stem: &str, kind: &str) -> Result<Option<(PathBuf, u64)>> {
+    let snap = match Source::Image(Target::Pid(pid)).take() {
+        Ok(s) => s,
+        Err(_) if !live::alive(pid) => return Ok(None),
+        Err(f) => return Err(f),
+    };
+    let stamp: String = humantime::format_rfc3339_millis(SystemTime::now())
+        .to_string()
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    let path = dir.join(format!("{stem}.{stamp}.{kind}pb.gz"));
+    write_to(&snap, &path, SnapshotFormat::Pprof)?;
+    Ok(Some((path, snap.live_bytes().max(0) as u64)))
+}
+
+/// A process name as a file name: no slashes, no leading dot.
+fn file_safe(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "-_+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "process".into()
+    } else {
+        s
+    }
+}
