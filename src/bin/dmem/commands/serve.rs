@@ -153,18 +153,9 @@ fn heap(pids: &[i32], query: &str) -> Reply {
     let pid = match query_pid(query) {
         Some(Ok(p)) => p,
         Some(Err(why)) => return Reply::error(400, why),
-        None => match pids {
-            [one] => *one,
-            [] => match live::preloaded().as_slice() {
-                [(one, _)] => *one,
-                [] => return Reply::error(404, "no process with libdmem.so loaded is readable".into()),
-                _ => {
-                    return Reply::error(
-                        400,
-                        "several processes are served: name one with ?pid=PID (see /debug/pprof/)".into(),
-                    )
-                }
-            },
+        None => match served(pids).as_slice() {
+            [(one, _)] => *one,
+            [] => return Reply::error(404, "no process with libdmem.so loaded is readable".into()),
             _ => {
                 return Reply::error(
                     400,
