@@ -60,21 +60,22 @@ storm() {
     t0=$(date +%s.%N)
     LD_PRELOAD="$lib" "$out_dir/fixtures/bench_storm" "$iters" >/dev/null &
     storm_pid=$!
+    # Both runs wait in the same loop, so the loop's own cost is in both; only one fetches.
+    : >"$work/scrapes"
     if [ "${1:-}" = scraped ]; then
-        : >"$work/scrapes"
         serve "$storm_pid"
-        while kill -0 "$storm_pid" 2>/dev/null; do
-            i=0
-            while [ $i -lt 100 ] && kill -0 "$storm_pid" 2>/dev/null; do
-                sleep 0.1
-                i=$((i + 1))
-            done
-            if kill -0 "$storm_pid" 2>/dev/null; then
-                curl -s -o /dev/null "http://$addr/debug/pprof/heap?pid=$storm_pid" || true
-                echo x >>"$work/scrapes"
-            fi
-        done
     fi
+    while kill -0 "$storm_pid" 2>/dev/null; do
+        i=0
+        while [ $i -lt 100 ] && kill -0 "$storm_pid" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        if [ -n "$serve_pid" ] && kill -0 "$storm_pid" 2>/dev/null; then
+            curl -s -o /dev/null "http://$addr/debug/pprof/heap?pid=$storm_pid" || true
+            echo x >>"$work/scrapes"
+        fi
+    done
     wait "$storm_pid"
     t1=$(date +%s.%N)
     if [ -n "$serve_pid" ]; then

@@ -19,7 +19,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint64_t *layout; /* dmem_layout: magic, version, header_size, nframes, ... */
+static const uint64_t *layout; /* dmem_layout: magic, version, count, then named entries */
+static uint64_t header_size, off_frames;
+
+/* A field of the descriptor by name: version 3 entries are a 24-byte NUL-padded name and a
+ * 64-bit value (src/analysis/descriptor.rs); -1 when absent. */
+static uint64_t
+field(const char *name)
+{
+    if (layout[1] != 3)
+        return (uint64_t)-1;
+    for (uint64_t i = 0; i < layout[2]; i++) {
+        const uint64_t *e = layout + 3 + 4 * i;
+        if (strncmp((const char *)e, name, 24) == 0)
+            return e[3];
+    }
+    return (uint64_t)-1;
+}
 static long checked, wrong;
 static uintptr_t bases[2][2];
 
@@ -27,7 +43,7 @@ static void
 check(void *p, const char *module)
 {
     static const char *want[] = {"plugin_inner", "plugin_entry", "churn_round", "main"};
-    const uintptr_t *frames = (const uintptr_t *)((char *)p - layout[2] + layout[6]);
+    const uintptr_t *frames = (const uintptr_t *)((char *)p - header_size + off_frames);
     checked++;
     for (int i = 0; i < 4; i++) {
         Dl_info info;
@@ -91,6 +107,12 @@ main(int argc, char **argv)
     layout = dlsym(RTLD_DEFAULT, "dmem_layout");
     if (!layout) {
         printf("libdmem is not loaded\n");
+        return 2;
+    }
+    header_size = field("header_size");
+    off_frames = field("off_frames");
+    if (header_size == (uint64_t)-1 || off_frames == (uint64_t)-1) {
+        printf("dmem_layout has no header_size or off_frames\n");
         return 2;
     }
     int rounds = argc > 2 ? atoi(argv[2]) : 50;
