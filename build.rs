@@ -1,5 +1,10 @@
-//! The build script of the `dmem-fixtures` package (`c-fixtures/Cargo.toml`), a dev-dependency of
-//! dmem: it builds the C and C++ test fixtures in `c-fixtures/` into `$OUT_DIR/fixtures/` and
+//! The build script of both packages.
+//!
+//! For `dmem` it compiles the library's one C file, `src/tls_area.c` (the thread's state in static
+//! TLS, which stable Rust cannot declare), into a static archive linked into the library alone.
+//!
+//! For `dmem-fixtures` (`c-fixtures/Cargo.toml`), a dev-dependency of dmem, it builds the C and
+//! C++ test fixtures in `c-fixtures/` into `$OUT_DIR/fixtures/` and
 //! tells `c-fixtures/lib.rs` where that is. So `cargo build` of the library and the launcher
 //! compiles none of them, and `cargo test` compiles them all.
 //!
@@ -22,6 +27,20 @@ fn extra_flags(src: &Path) -> Vec<String> {
 }
 
 fn main() {
+    if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("dmem") {
+        println!("cargo:rerun-if-changed=src/tls_area.c");
+        println!("cargo:rerun-if-changed=build.rs");
+        cc::Build::new()
+            .file("src/tls_area.c")
+            .opt_level(2)
+            .warnings(true)
+            .compile("dmem_tls_area");
+        return;
+    }
+    fixtures();
+}
+
+fn fixtures() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("fixtures");
     fs::create_dir_all(&out).expect("create fixtures dir");
     println!("cargo:rustc-env=DMEM_FIXTURES_DIR={}", out.display());

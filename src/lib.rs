@@ -16,6 +16,7 @@ mod procmaps;
 mod sink;
 mod spinlock;
 mod thread;
+mod tls;
 mod unwind;
 
 // A unit-test binary must not replace its own allocator or run our constructor: the exports, the

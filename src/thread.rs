@@ -1,36 +1,50 @@
 //! Per-thread state: the cached kernel thread id, the thread's list, and the reentrancy guard.
 //!
-//! Every field is a `Cell` of a plain integer with a const initialiser, so the thread-locals need
-//! no lazy initialisation and register no destructor: they stay usable while other libraries'
-//! thread-local destructors run and free memory during thread exit.
+//! The state lives in the thread's static TLS area (`tls.rs`), reached without a call. Its fields
+//! are plain integers whose zero means "not yet known", so a thread's fresh area needs no
+//! initialisation and nothing registers a destructor: the state stays usable while other
+//! libraries' thread-local destructors run and free memory during thread exit.
 
+use crate::tls;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-thread_local! {
-    static TID: Cell<u32> = const { Cell::new(0) };
-    static LIST: Cell<usize> = const { Cell::new(usize::MAX) };
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+/// The prefix of the thread's area that this file owns.
+#[repr(C)]
+pub struct State {
+    tid: Cell<u32>,
+    busy: Cell<bool>,
+    /// Whether the walker's caches in the area are initialised (`unwind/fast.rs`).
+    pub walker_ready: Cell<bool>,
+    /// The thread's list plus one; zero before the first allocation.
+    list: Cell<usize>,
+}
+
+#[inline(always)]
+fn state<'a>() -> &'a State {
+    // SAFETY: the area is the calling thread's own and outlives any use of it on this thread;
+    // only this thread touches its state, through `Cell`s.
+    unsafe { &(*tls::area()).thread }
 }
 
 static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's kernel thread id, from a cache filled by one syscall per thread.
+#[inline(always)]
 pub fn tid() -> u32 {
-    TID.with(|t| {
-        let cached = t.get();
-        if cached != 0 {
-            return cached;
-        }
-        let fresh = gettid();
-        t.set(fresh);
-        fresh
-    })
+    let t = &state().tid;
+    let cached = t.get();
+    if cached != 0 {
+        return cached;
+    }
+    let fresh = gettid();
+    t.set(fresh);
+    fresh
 }
 
 /// Refreshes the cached thread id; the child of a fork has a new one.
 pub fn reset_tid() {
-    TID.with(|t| t.set(gettid()));
+    state().tid.set(gettid());
 }
 
 /// The kernel thread id straight from the system call, without the cache: for a signal handler,
@@ -43,16 +57,16 @@ pub fn gettid() -> u32 {
 
 /// The list this thread puts its blocks on: threads are spread round-robin over the lists, so
 /// threads share a lock only when there are more of them than lists.
+#[inline(always)]
 pub fn home_list(nlists: usize) -> usize {
-    LIST.with(|l| {
-        let cur = l.get();
-        if cur != usize::MAX {
-            return cur;
-        }
-        let fresh = NEXT_LIST.fetch_add(1, Ordering::Relaxed) % nlists;
-        l.set(fresh);
-        fresh
-    })
+    let l = &state().list;
+    let cur = l.get();
+    if cur != 0 {
+        return cur - 1;
+    }
+    let fresh = NEXT_LIST.fetch_add(1, Ordering::Relaxed) % nlists;
+    l.set(fresh + 1);
+    fresh
 }
 
 /// Marks the thread as inside libdmem for its lifetime. Anything that may call back into malloc
@@ -64,20 +78,21 @@ pub struct Guard {
 
 impl Guard {
     /// Enters, or returns None when the thread is already inside libdmem.
+    #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        BUSY.with(|b| {
-            if b.get() {
-                None
-            } else {
-                b.set(true);
-                Some(Guard { _private: () })
-            }
-        })
+        let b = &state().busy;
+        if b.get() {
+            None
+        } else {
+            b.set(true);
+            Some(Guard { _private: () })
+        }
     }
 }
 
 impl Drop for Guard {
+    #[inline(always)]
     fn drop(&mut self) {
-        BUSY.with(|b| b.set(false));
+        state().busy.set(false);
     }
 }

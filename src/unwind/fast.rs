@@ -40,6 +40,7 @@ use super::stacks::KnownStacks;
 use super::tables::rule_from_tables;
 use super::thread_tables;
 use crate::header::NFRAMES;
+use crate::tls;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
 
@@ -55,8 +56,7 @@ const OWN_SLOTS: usize = 4;
 const MEMO_BITS: u32 = 5;
 const MEMO_SLOTS: usize = 1 << MEMO_BITS;
 
-/// What a thread keeps for its walks, in one thread-local so a walk pays for one thread-local
-/// access (a call to `__tls_get_addr` in a shared library).
+/// What a thread keeps for its walks, in the thread's TLS area (`tls.rs`).
 struct Local {
     /// Stacks this thread walked on lately.
     stacks: KnownStacks,
@@ -203,22 +203,41 @@ impl Recorder<'_> {
     }
 }
 
-// Every thread carries this in its static TLS block, which glibc places at the top of the
-// thread's stack: keep it small.
-const _: () = assert!(core::mem::size_of::<Local>() <= 4 * 1024);
+// Every thread carries this in its static TLS area (`tls.rs`), which glibc places at the top of
+// the thread's stack: keep it small.
+const _: () = assert!(core::mem::size_of::<Local>() <= tls::WALKER_WORDS * 8);
+const _: () = assert!(core::mem::align_of::<Local>() <= 8);
 
-thread_local! {
-    static LOCAL: core::cell::UnsafeCell<Local> = const {
-        core::cell::UnsafeCell::new(Local {
-            stacks: KnownStacks::EMPTY,
-            generation: 0,
-            memo: [(0, 0); MEMO_SLOTS],
-            prev: [(0, 0); MAX_STEPS],
-            small: Shapes::EMPTY,
-            large: core::ptr::null_mut(),
-            unreplayed: 0,
-        })
-    };
+const LOCAL_INIT: Local = Local {
+    stacks: KnownStacks::EMPTY,
+    generation: 0,
+    memo: [(0, 0); MEMO_SLOTS],
+    prev: [(0, 0); MAX_STEPS],
+    small: Shapes::EMPTY,
+    large: core::ptr::null_mut(),
+    unreplayed: 0,
+};
+
+/// The calling thread's `Local`, in its TLS area, initialised on the thread's first use.
+///
+/// # Safety
+/// The caller must not hold another reference to the thread's `Local` (no walk is running on
+/// this thread: walks are never re-entered, see `capture`).
+#[inline(always)]
+unsafe fn local<'a>() -> &'a mut Local {
+    let area = tls::area();
+    // SAFETY: the area is this thread's own, its walker room holds a `Local` (asserted above),
+    // and the caller guarantees no other reference to it; `walker_ready` is set only after the
+    // room was written with a whole `Local`.
+    unsafe {
+        let at = (*area).walker.as_mut_ptr().cast::<Local>();
+        let ready = &(*area).thread.walker_ready;
+        if !ready.get() {
+            at.write(LOCAL_INIT);
+            ready.set(true);
+        }
+        &mut *at
+    }
 }
 
 /// The registers a walk carries from frame to frame.
@@ -338,12 +357,11 @@ pub fn here() -> Origin {
 /// be bounded to this thread's stack; the caller then uses another unwinder.
 #[inline(never)]
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
-    LOCAL.with(|cell| {
-        // SAFETY: only `capture` touches LOCAL, and it is never re-entered on one thread: its
-        // caller holds the reentrancy guard, and a nested allocation takes the untracked path.
-        let local = unsafe { &mut *cell.get() };
-        walk(local, from.0, out, skip)
-    })
+    // SAFETY: only `capture` and `forget_table` touch the thread's `Local`, and a walk is never
+    // re-entered on one thread: its caller holds the reentrancy guard, and a nested allocation
+    // takes the untracked path.
+    let local = unsafe { local() };
+    walk(local, from.0, out, skip)
 }
 
 /// A hash that picks the pair of shapes a walk from `regs` may use: by the stack pointer and
@@ -458,14 +476,12 @@ fn borrow_large(local: &mut Local) {
 /// thread use the small table again, and it never borrows another (one set during the key's
 /// destruction would be destroyed again, or after the last round not at all).
 pub fn forget_table() {
-    // LOCAL has no destructor, so it is still there while the thread's keys are destroyed.
-    LOCAL.with(|cell| {
-        // SAFETY: no walk runs on this thread while its thread-specific data is destroyed.
-        let local = unsafe { &mut *cell.get() };
-        local.large = core::ptr::null_mut();
-        // Past the count that borrows, which is only ever met counting up to it.
-        local.unreplayed = BORROW_AFTER;
-    });
+    // The area has no destructor, so it is still there while the thread's keys are destroyed.
+    // SAFETY: no walk runs on this thread while its thread-specific data is destroyed.
+    let local = unsafe { local() };
+    local.large = core::ptr::null_mut();
+    // Past the count that borrows, which is only ever met counting up to it.
+    local.unreplayed = BORROW_AFTER;
 }
 
 /// Walks the stack by the unwind rules, filling `out` and recording in `shape` what the walk
@@ -836,10 +852,8 @@ mod tests {
                     assert_eq!(got, first, "round {round}");
                 }
             }
-            let large = LOCAL.with(|cell| {
-                // SAFETY: no walk runs on this thread meanwhile.
-                unsafe { (*cell.get()).large as usize }
-            });
+            // SAFETY: no walk runs on this thread meanwhile.
+            let large = unsafe { local() }.large as usize;
             (replays, large)
         })
         .join()

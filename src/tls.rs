@@ -1,0 +1,94 @@
+//! The thread's state, found from the thread pointer with no call.
+//!
+//! Rust's thread-locals in a shared library cost a call to `__tls_get_addr` per access, and the
+//! hot path used to make three or four. `tls_area.c` reserves one area per thread in static TLS
+//! (the initial-exec model), which lies at the same offset from the thread pointer in every
+//! thread: the offset is learnt once, from the C helper, and each access after that is a read of
+//! the thread pointer and an add.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+unsafe extern "C" {
+    fn dmem_tls_area() -> *mut u8;
+    fn dmem_tls_bytes() -> usize;
+}
+
+/// What a thread keeps in its area: a fixed prefix of state for `thread.rs` and room the walker
+/// uses for its caches (`unwind/fast.rs`), each initialised by its owner on the thread's first
+/// use, since the area starts as zero bytes.
+#[repr(C, align(64))]
+pub struct Area {
+    pub thread: crate::thread::State,
+    /// The walker's per-thread caches; `walker_ready` in `thread` says whether they are.
+    pub walker: [u64; WALKER_WORDS],
+}
+
+/// Room for the walker's `Local`, asserted where it is defined.
+pub const WALKER_WORDS: usize = 480;
+
+/// The area's offset from the thread pointer; zero until learnt (it is never zero: the area lies
+/// below the thread pointer on x86_64 and above its reserved words on aarch64).
+static OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+#[inline(always)]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads the thread pointer, which every thread has; nothing is written.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags))
+    };
+    tp
+}
+
+/// The calling thread's area.
+#[inline(always)]
+pub fn area() -> *mut Area {
+    let off = OFFSET.load(Ordering::Relaxed);
+    if off != 0 {
+        return thread_pointer().wrapping_add(off) as *mut Area;
+    }
+    learn()
+}
+
+#[cold]
+#[inline(never)]
+fn learn() -> *mut Area {
+    // SAFETY: the C helper returns the calling thread's area and its size; it neither allocates
+    // nor takes a lock.
+    let (at, bytes) = unsafe { (dmem_tls_area(), dmem_tls_bytes()) };
+    if bytes < core::mem::size_of::<Area>() || !(at as usize).is_multiple_of(core::mem::align_of::<Area>()) {
+        // Only a build whose two halves disagree gets here; go on would write past the area.
+        // SAFETY: abort takes nothing and does not return.
+        unsafe { libc::abort() };
+    }
+    OFFSET.store((at as usize).wrapping_sub(thread_pointer()), Ordering::Relaxed);
+    at.cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_thread_finds_its_own_area_at_the_same_offset() {
+        // SAFETY: the helper's size is read only.
+        assert!(unsafe { dmem_tls_bytes() } >= core::mem::size_of::<Area>());
+        let here = area() as usize;
+        // SAFETY: as above, on this thread.
+        assert_eq!(here, unsafe { dmem_tls_area() } as usize);
+        let there = std::thread::spawn(|| {
+            // SAFETY: as above, on the spawned thread.
+            (area() as usize, unsafe { dmem_tls_area() } as usize)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(there.0, there.1);
+        assert_ne!(there.0, here);
+    }
+}
