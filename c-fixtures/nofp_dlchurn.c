@@ -22,12 +22,12 @@
 static const uint64_t *layout; /* dmem_layout: magic, version, count, then named entries */
 static uint64_t header_size, off_frames;
 
-/* A field of the descriptor by name: version 3 entries are a 24-byte NUL-padded name and a
- * 64-bit value (src/analysis/descriptor.rs); -1 when absent. */
+/* A field of the descriptor by name: from version 3 entries are a 24-byte NUL-padded name and
+ * a 64-bit value (src/analysis/descriptor.rs); -1 when absent. */
 static uint64_t
 field(const char *name)
 {
-    if (layout[1] != 3)
+    if (layout[1] < 3)
         return (uint64_t)-1;
     for (uint64_t i = 0; i < layout[2]; i++) {
         const uint64_t *e = layout + 3 + 4 * i;

@@ -1,13 +1,18 @@
 //! The one allocate, reallocate and release path behind every exported entry point.
 //!
 //! Order on the hot path: allocate from the backend, fill the header (the stack is captured here,
-//! before any lock), then link under the list's lock. Release claims the header and unlinks it
-//! under that same lock (or, when nothing is recorded, claims it atomically), then frees. errno is
+//! before the list is touched), then link it on the thread's list. Release claims the header and
+//! unlinks it, or hands it to the thread that owns its list (or, when nothing is recorded, claims
+//! it atomically), then frees. Blocks other threads handed over come back from the list
+//! operations and are freed here too (`lists.rs`). errno is
 //! left as the caller had it on success.
 
 use crate::bootstrap::{self, Real};
 use crate::diag::{self, BadFree};
-use crate::header::{self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, SIZE_MASK};
+use crate::header::{
+    self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_MASK,
+};
+use crate::lists::Refused;
 #[cfg(not(test))]
 use crate::signals;
 use crate::unwind::Origin;
@@ -85,10 +90,10 @@ fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) {
 /// `hdr` must be the header slot of a fresh backend block of at least `HEADER_SIZE + size` bytes.
 unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) -> *mut u8 {
     let opts = options::get();
-    let list = thread::home_list(lists::NLISTS);
     // SAFETY: the caller hands us exclusive use of the header slot.
     let h = unsafe { &mut *hdr };
-    h.size_word = Header::pack_size_word(size, list, align_log2);
+    // `lists::link` writes the list's index.
+    h.size_word = Header::pack_size_word(size, 0, align_log2);
     h.tid = thread::tid();
     h.magic = header::MAGIC_LIVE;
     if opts.record {
@@ -97,7 +102,7 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
             Stack::From(from) => record(from, &mut h.frames),
         }
         // SAFETY: the header is fully written and on no list.
-        unsafe { lists::link(hdr) };
+        give_back(unsafe { lists::link(hdr) });
     } else {
         h.next = core::ptr::null_mut();
         h.prev = core::ptr::null_mut();
@@ -163,42 +168,64 @@ fn arena(size: usize, align: usize) -> *mut u8 {
     }
 }
 
+/// What became of a pointer given to free or realloc.
+enum Claim {
+    /// Its header is claimed and off its list: the block is the caller's to give back.
+    Mine(*mut Header),
+    /// Handed to the thread that owns its list, which gives it back.
+    Handed,
+    /// Live on a list another thread owns, left there (a realloc asked not to hand it over).
+    Elsewhere(*mut Header),
+    /// A bad free, reported and ignored.
+    Bad,
+}
+
 /// Validates a pointer given to free or realloc and claims its header: when recording, also takes
-/// it off its list. None after a bad free was reported and ignored.
+/// it off its list, or hands it to the list's owner when `hand_over`.
 #[inline(always)]
-fn claim(func: &str, user: *mut u8) -> Option<*mut Header> {
+fn claim(func: &str, user: *mut u8, hand_over: bool) -> Claim {
+    let opts = options::get();
     if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
-        diag::bad_free(func, user, BadFree::Foreign, None, options::get().ignore_bad_free);
-        return None;
+        diag::bad_free(func, user, BadFree::Foreign, None, opts.ignore_bad_free);
+        return Claim::Bad;
     }
     let hdr = header::from_user(user);
-    // SAFETY: a pointer we handed out has a header right before it; for a foreign pointer the
-    // read may see anything (its magic then fails) and the check above kept it aligned.
-    let claimed = unsafe {
-        if options::get().record {
-            lists::take(hdr)
-        } else {
-            header::claim(hdr)
+    let refused = if opts.record {
+        // SAFETY: a pointer we handed out has a header right before it; for a foreign pointer
+        // the read may see anything (its magic then fails) and the check above kept it aligned.
+        match unsafe { lists::claim(hdr, hand_over) } {
+            Ok(lists::Claimed::Mine(d)) => {
+                give_back(d);
+                return Claim::Mine(hdr);
+            }
+            Ok(lists::Claimed::Handed(d)) => {
+                give_back(d);
+                return Claim::Handed;
+            }
+            Err(Refused::Elsewhere) => return Claim::Elsewhere(hdr),
+            Err(Refused::Magic(m)) => m,
+            Err(Refused::Foreign) => MAGIC_LIVE,
+        }
+    } else {
+        // SAFETY: as above.
+        match unsafe { header::claim(hdr) } {
+            Ok(()) => return Claim::Mine(hdr),
+            Err(m) => m,
         }
     };
-    match claimed {
-        Ok(()) => Some(hdr),
-        Err(MAGIC_FREED) => {
-            // SAFETY: the magic says this was our header; its other fields are still readable.
-            diag::bad_free(
-                func,
-                user,
-                BadFree::Double,
-                Some(unsafe { &*hdr }),
-                options::get().ignore_bad_free,
-            );
-            None
-        }
-        Err(_) => {
-            diag::bad_free(func, user, BadFree::Foreign, None, options::get().ignore_bad_free);
-            None
-        }
+    if refused == MAGIC_FREED || refused == MAGIC_HANDED {
+        // SAFETY: the magic says this was our header; its other fields are still readable.
+        diag::bad_free(
+            func,
+            user,
+            BadFree::Double,
+            Some(unsafe { &*hdr }),
+            opts.ignore_bad_free,
+        );
+    } else {
+        diag::bad_free(func, user, BadFree::Foreign, None, opts.ignore_bad_free);
     }
+    Claim::Bad
 }
 
 /// Undoes a claim when a realloc fails and the old block stays live.
@@ -206,7 +233,7 @@ fn unclaim(hdr: *mut Header) {
     // SAFETY: we hold the claim, so no other thread touches this header.
     unsafe {
         if options::get().record {
-            lists::restore(hdr);
+            give_back(lists::restore(hdr));
         } else {
             header::magic(hdr).store(header::MAGIC_LIVE, core::sync::atomic::Ordering::Release);
         }
@@ -224,6 +251,19 @@ fn dispose(real: &Real, hdr: *mut Header) {
     }
 }
 
+/// Gives back the blocks other threads handed over, once they are off their list.
+#[inline(always)]
+pub fn give_back(drained: lists::Drained) {
+    let mut drained = drained.peekable();
+    if drained.peek().is_none() {
+        return;
+    }
+    let Some(real) = bootstrap::real() else { return };
+    for hdr in drained {
+        dispose(real, hdr);
+    }
+}
+
 /// free(): null is a no-op, arena blocks are never freed.
 #[inline(always)]
 pub fn release(user: *mut u8) {
@@ -232,7 +272,7 @@ pub fn release(user: *mut u8) {
     }
     let Some(real) = bootstrap::real() else { return };
     let saved = Errno::save();
-    if let Some(hdr) = claim("free", user) {
+    if let Claim::Mine(hdr) = claim("free", user, true) {
         dispose(real, hdr);
     }
     saved.restore();
@@ -274,6 +314,21 @@ fn usable_of(real: &Real, hdr: *mut Header) -> usize {
     }
 }
 
+/// realloc of a live block on a list another thread owns: the block moves to a new one on this
+/// thread's list, and the old one is freed (handed over) once copied.
+fn move_from_elsewhere(real: &Real, hdr: *mut Header, user: *mut u8, size: usize, from: Origin) -> *mut u8 {
+    let new = allocate(size, 0, false, from);
+    if new.is_null() {
+        return new;
+    }
+    let keep = usable_of(real, hdr).min(size);
+    // SAFETY: the old block is live and holds `usable_size` bytes, the new one `size`; they are
+    // distinct.
+    unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
+    release(user);
+    new
+}
+
 /// realloc(): glibc's contract, including realloc(NULL, n) and realloc(p, 0) freeing p. A moved
 /// or resized block records the stack above `from`.
 pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
@@ -296,8 +351,10 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     let Some(real) = bootstrap::real() else {
         return core::ptr::null_mut();
     };
-    let Some(hdr) = claim("realloc", user) else {
-        return core::ptr::null_mut();
+    let hdr = match claim("realloc", user, false) {
+        Claim::Mine(hdr) => hdr,
+        Claim::Elsewhere(hdr) => return move_from_elsewhere(real, hdr, user, size, from),
+        Claim::Handed | Claim::Bad => return core::ptr::null_mut(),
     };
     // SAFETY: we own the claimed header.
     let align_log2 = unsafe { (*hdr).align_log2() };

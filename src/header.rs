@@ -28,6 +28,14 @@ pub const MAGIC_LIVE: u32 = 0xd3e3_a11c;
 /// reused the memory.
 pub const MAGIC_FREED: u32 = 0xd3e3_f4ee;
 
+/// `magic` of a block another thread freed and handed to its list's owner, still on the list
+/// until the owner unlinks it (see `lists.rs`): freed, for every reader.
+pub const MAGIC_HANDED: u32 = 0xd3e3_f4ed;
+
+/// The frame slot that links a handed block to the next in its list's inbox: the block is freed,
+/// so its outermost frame is no longer needed.
+const INBOX_SLOT: usize = NFRAMES - 1;
+
 /// The alignment every user pointer has without asking: glibc's `MALLOC_ALIGNMENT` on x86_64 and
 /// aarch64. The header size is a multiple of it, so an ordinary block keeps it.
 pub const BASE_ALIGN: usize = 16;
@@ -64,6 +72,12 @@ impl Header {
         (self.size_word >> ALIGN_SHIFT) as u32
     }
 
+    /// Puts the block on list `list` in its size word.
+    pub fn set_list(&mut self, list: usize) {
+        self.size_word =
+            (self.size_word & !(LIST_MASK << LIST_SHIFT)) | ((list as u64 & LIST_MASK) << LIST_SHIFT);
+    }
+
     pub fn pack_size_word(size: usize, list: usize, align_log2: u32) -> u64 {
         (size as u64 & SIZE_MASK) | ((list as u64) << LIST_SHIFT) | ((align_log2 as u64) << ALIGN_SHIFT)
     }
@@ -79,6 +93,24 @@ pub unsafe fn magic<'a>(hdr: *mut Header) -> &'a AtomicU32 {
     // SAFETY: the caller guarantees the header is accessible and aligned; AtomicU32 has the same
     // layout as u32.
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) }
+}
+
+/// The next handed block after `hdr` in an inbox.
+///
+/// # Safety
+/// `hdr` must be a handed header (its inbox slot written by `set_inbox_next`).
+pub unsafe fn inbox_next(hdr: *mut Header) -> *mut Header {
+    // SAFETY: passed on from the caller.
+    unsafe { (*hdr).frames[INBOX_SLOT] as *mut Header }
+}
+
+/// Links `hdr` in front of `next` in an inbox.
+///
+/// # Safety
+/// `hdr` must be a header this thread just moved to `MAGIC_HANDED`, so no one else writes it.
+pub unsafe fn set_inbox_next(hdr: *mut Header, next: *mut Header) {
+    // SAFETY: passed on from the caller.
+    unsafe { (*hdr).frames[INBOX_SLOT] = next as usize };
 }
 
 /// Moves a header from live to freed, atomically, so of two racing frees of one block exactly

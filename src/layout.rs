@@ -10,10 +10,10 @@
 use crate::analysis::descriptor::{self, field, Entry};
 use crate::bootstrap;
 use crate::header::{
-    self, Header, ALIGN_BITS, ALIGN_SHIFT, HEADER_SIZE, LIST_BITS, LIST_SHIFT, MAGIC_FREED, MAGIC_LIVE,
-    NFRAMES, SIZE_BITS,
+    self, Header, ALIGN_BITS, ALIGN_SHIFT, HEADER_SIZE, LIST_BITS, LIST_SHIFT, MAGIC_FREED, MAGIC_HANDED,
+    MAGIC_LIVE, NFRAMES, SIZE_BITS,
 };
-use crate::lists::{self, List, NLISTS};
+use crate::lists::{self, Hand, List, NLISTS};
 use core::mem::offset_of;
 use core::sync::atomic::AtomicU64;
 
@@ -26,7 +26,7 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 27;
+const NFIELDS: usize = 33;
 
 /// The word of flags the descriptor points at, set once at start-up.
 pub static FLAGS: AtomicU64 = AtomicU64::new(0);
@@ -76,6 +76,24 @@ pub static dmem_layout: Layout = Layout {
         n(field::SIZE_LIST_BITS, LIST_BITS as usize),
         n(field::SIZE_ALIGN_SHIFT, ALIGN_SHIFT as usize),
         n(field::SIZE_ALIGN_BITS, ALIGN_BITS as usize),
+        n(field::MAGIC_HANDED, MAGIC_HANDED as usize),
+        n(field::LIST_OFF_OWNER, offset_of!(List, owner)),
+        n(
+            field::LIST_OFF_HANDED_BLOCKS,
+            offset_of!(List, hand) + offset_of!(Hand, handed_blocks),
+        ),
+        n(
+            field::LIST_OFF_HANDED_BYTES,
+            offset_of!(List, hand) + offset_of!(Hand, handed_bytes),
+        ),
+        n(
+            field::LIST_OFF_DRAINED_BLOCKS,
+            offset_of!(List, hand) + offset_of!(Hand, drained_blocks),
+        ),
+        n(
+            field::LIST_OFF_DRAINED_BYTES,
+            offset_of!(List, hand) + offset_of!(Hand, drained_bytes),
+        ),
     ],
 };
 

@@ -105,8 +105,8 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
-    lists::unlock_all();
     thread::reset_tid();
+    lists::unlock_all_in_child();
     finish::set_pid();
     sink::after_fork_child();
 }

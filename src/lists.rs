@@ -1,20 +1,53 @@
-//! The live-block lists: many doubly-linked lists, each with its own lock and counters.
+//! The live-block lists: doubly-linked lists, each owned by one thread, with counters.
 //!
-//! A thread puts its blocks on its home list (threads are spread round-robin), and the list index
-//! is stored in the header, so a free from any thread finds the right lock. A lock is held only
-//! for the few pointer and counter writes of one link or unlink (the lock itself is in
-//! `spinlock.rs`). The heads are a static array so a debugger finds them through the layout
-//! descriptor.
+//! A thread takes a list of its own at its first allocation and changes it with plain stores:
+//! linking a new block, unlinking a block it frees. No atomic read-modify-write and no lock is
+//! on that path. A block freed by another thread is handed to the list's owner instead: the
+//! freeing thread moves the block's magic to handed (one compare-and-swap, which decides between
+//! racing frees) and pushes it on the list's inbox; the owner unlinks the inbox's blocks on its
+//! next call and their memory goes back then.
+//!
+//! A list can be taken from its owner, under its lock, on the rare paths that need every list
+//! still: a report, a fork, a free that finds the owner idle with much handed to it, the owner's
+//! own exit. The owner marks itself busy around each change (a plain store) and then reads the
+//! list's mode; a taker writes the mode, then makes every thread of the process pass a full
+//! memory barrier (`membarrier`, the asymmetric half of the fence, so the owner's half costs
+//! nothing), then waits for busy to clear. After that the list is changed under its lock by
+//! anyone until the owner comes back and reclaims it. Where `membarrier` is missing, the owner
+//! pays a real fence instead.
+//!
+//! Threads beyond `NOWNED` at once share the remaining lists under their locks. The lists are a
+//! static array so that a debugger finds them through the layout descriptor; a sequence counter
+//! per list lets a reader outside the process read one whole without stopping anything.
 
-use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_LIVE};
+use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE};
 use crate::spinlock::RawMutex;
+use crate::thread;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{
+    compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
-pub const NLISTS: usize = 64;
+pub const NLISTS: usize = 256;
+/// Lists a thread can own; the rest are shared by the threads beyond that many.
+pub const NOWNED: usize = 192;
 
-/// One list. Aligned to two cache lines so neighbouring lists never share one (adjacent-line
-/// prefetch pairs lines on x86).
+/// Changed under the lock by any thread; an ownable list in this mode has no owner.
+const LOCKED: u32 = 0;
+/// Changed by its owner alone, without the lock; other threads hand their frees over.
+const OWNED: u32 = 1;
+/// Taken from its owner: changed under the lock until the owner reclaims it on its next call.
+const TAKEN: u32 = 2;
+
+/// Blocks or bytes handed to an owner, not yet unlinked, past which the next free from another
+/// thread takes the list over: an owner that sleeps must not keep memory from the backend.
+const TAKE_OVER_BLOCKS: u64 = 4096;
+const TAKE_OVER_BYTES: u64 = 64 << 20;
+
+/// One list. The owner's fields fill the first cache line and what other threads write when
+/// they hand a block over the second, so a hand-over does not take the owner's line away;
+/// aligned to two lines so that neighbouring lists never share one (adjacent-line prefetch
+/// pairs lines on x86).
 #[repr(C, align(128))]
 pub struct List {
     pub head: UnsafeCell<*mut Header>,
@@ -23,16 +56,39 @@ pub struct List {
     pub allocs: UnsafeCell<u64>,
     pub frees: UnsafeCell<u64>,
     /// A sequence counter for readers outside the process (`dmem top` reads a running process's
-    /// lists without stopping it): odd while a link or unlink is under way, bumped again when it
-    /// is done. A reader that sees the same even value before and after walking a list saw it
-    /// whole. Written only under the lock, so a plain load and store suffice; it is atomic only
-    /// so the stores are ordered around the pointer writes they bracket.
+    /// lists without stopping it): odd while a change is under way, bumped again when it is
+    /// done. A reader that sees the same even value before and after walking a list saw it
+    /// whole. One thread changes a list at a time, so a plain load and store suffice; it is
+    /// atomic only so the stores are ordered around the pointer writes they bracket.
     pub changes: AtomicU64,
+    mode: AtomicU32,
+    /// Set by the owner around each change it makes without the lock.
+    busy: AtomicU32,
+    /// Kernel thread id of the owner, 0 when there is none.
+    pub owner: AtomicU32,
     lock: RawMutex,
+    pub hand: Hand,
 }
 
-// SAFETY: every field but the lock is read and written only with `lock` held (or, for a debugger,
-// from outside the process).
+/// A list's hand-over side. The live counters include handed blocks until they are unlinked;
+/// readers count `handed - drained` of them as freed.
+#[repr(C, align(64))]
+pub struct Hand {
+    /// Blocks freed by other threads while the list was owned, linked through `inbox_next`.
+    inbox: AtomicPtr<Header>,
+    /// Blocks handed over, and their bytes, ever (by the handing threads).
+    pub handed_blocks: AtomicU64,
+    pub handed_bytes: AtomicU64,
+    /// Of those, unlinked (by the thread changing the list).
+    pub drained_blocks: AtomicU64,
+    pub drained_bytes: AtomicU64,
+}
+
+const _: () = assert!(core::mem::size_of::<List>() == 128);
+const _: () = assert!(core::mem::offset_of!(List, hand) == 64);
+
+// SAFETY: the plain fields are written by one thread at a time: the owner while the list is
+// owned, a holder of the lock otherwise (see the module comment); the rest are atomics.
 unsafe impl Sync for List {}
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -43,10 +99,114 @@ const EMPTY: List = List {
     allocs: UnsafeCell::new(0),
     frees: UnsafeCell::new(0),
     changes: AtomicU64::new(0),
+    mode: AtomicU32::new(LOCKED),
+    busy: AtomicU32::new(0),
+    owner: AtomicU32::new(0),
     lock: RawMutex::INIT,
+    hand: Hand {
+        inbox: AtomicPtr::new(core::ptr::null_mut()),
+        handed_blocks: AtomicU64::new(0),
+        handed_bytes: AtomicU64::new(0),
+        drained_blocks: AtomicU64::new(0),
+        drained_bytes: AtomicU64::new(0),
+    },
 };
 
 pub static LISTS: [List; NLISTS] = [EMPTY; NLISTS];
+
+/// Where lists are handed out from, round-robin.
+static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
+
+/// How a taker makes owners' stores visible: not yet chosen, `membarrier`, or a fence on the
+/// owner's side too.
+static BARRIER: AtomicU8 = AtomicU8::new(0);
+const BARRIER_MEMBARRIER: u8 = 1;
+const BARRIER_FENCE: u8 = 2;
+static SETUP: RawMutex = RawMutex::INIT;
+/// The key whose destructor gives an exiting thread's list up; valid once KEY_READY is set.
+static KEY: AtomicU32 = AtomicU32::new(0);
+static KEY_READY: AtomicU8 = AtomicU8::new(0);
+
+/// Blocks unlinked from an inbox, whose memory the caller gives back to the backend; linked
+/// through `inbox_next`.
+#[must_use]
+pub struct Drained(*mut Header);
+
+impl Drained {
+    pub const NONE: Drained = Drained(core::ptr::null_mut());
+}
+
+impl Iterator for Drained {
+    type Item = *mut Header;
+
+    fn next(&mut self) -> Option<*mut Header> {
+        let h = self.0;
+        if h.is_null() {
+            return None;
+        }
+        // SAFETY: every header of a drained chain was handed (its inbox slot written) and is now
+        // the caller's alone.
+        self.0 = unsafe { header::inbox_next(h) };
+        Some(h)
+    }
+}
+
+/// What a free did with a live block.
+pub enum Claimed {
+    /// The block is off its list and the caller's to give back.
+    Mine(Drained),
+    /// The block went to its list's owner, which gives it back.
+    Handed(Drained),
+}
+
+/// Why a block could not be claimed.
+#[derive(Debug)]
+pub enum Refused {
+    /// Its magic says it is not live: freed, handed, or never ours.
+    Magic(u32),
+    /// Its header names no list: a foreign pointer.
+    Foreign,
+    /// It is on a list another thread owns, and the caller asked not to hand it over.
+    Elsewhere,
+}
+
+/// The sequence counter's bracket around a change, by the one thread changing the list.
+#[inline(always)]
+fn changing(l: &List) {
+    let c = &l.changes;
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    // The odd value must be visible before any pointer write of the change.
+    fence(Ordering::Release);
+}
+
+#[inline(always)]
+fn changed(l: &List) {
+    let c = &l.changes;
+    // Release: the change's pointer writes are visible before the even value.
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+}
+
+/// Owner side of the barrier: marks the owner busy, then says whether it still owns the list.
+#[inline(always)]
+fn enter_owned(l: &List) -> bool {
+    l.busy.store(1, Ordering::Relaxed);
+    if BARRIER.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
+        // The taker's membarrier stands in for a fence here.
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+    if l.mode.load(Ordering::Relaxed) == OWNED {
+        return true;
+    }
+    l.busy.store(0, Ordering::Release);
+    false
+}
+
+#[inline(always)]
+fn leave_owned(l: &List) {
+    l.busy.store(0, Ordering::Release);
+}
 
 /// Holds a list's lock for a scope.
 struct Locked<'a>(&'a List);
@@ -56,122 +216,435 @@ impl<'a> Locked<'a> {
         list.lock.lock();
         Locked(list)
     }
-
-    /// Marks the list as changing (the sequence counter goes odd) for the writes that follow;
-    /// dropping the guard marks it whole again.
-    #[inline(always)]
-    fn changing(&self) {
-        let c = &self.0.changes;
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-        // The odd value must be visible before any pointer write of the change.
-        core::sync::atomic::fence(Ordering::Release);
-    }
 }
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        let c = &self.0.changes;
-        let seq = c.load(Ordering::Relaxed);
-        if seq & 1 == 1 {
-            // Release: the change's pointer writes are visible before the even value.
-            c.store(seq.wrapping_add(1), Ordering::Release);
-        }
         // SAFETY: this guard took the lock in `new`, on this thread.
         unsafe { self.0.lock.unlock() };
     }
 }
 
-/// Puts a fully written header at the head of its list (the index in its size word).
+/// Links `hdr` at the head; the caller changes the list (owner or lock holder) and brackets.
 ///
 /// # Safety
-/// `hdr` must point to a writable header that is on no list.
+/// `hdr` is a fully written header on no list.
 #[inline(always)]
-pub unsafe fn link(hdr: *mut Header) {
-    // SAFETY: the caller hands us a valid header that is on no list.
-    let h = unsafe { &mut *hdr };
-    // The index was stored by us and is below NLISTS; the modulo only lets the compiler see it.
-    let list = &LISTS[h.list() % NLISTS];
-    let size = h.size() as u64;
-    let g = Locked::new(list);
-    g.changing();
-    // SAFETY: the list's lock is held, so its head and counters and the neighbouring header are
-    // ours to write; every header on a list is a valid live header.
+unsafe fn push_front(l: &List, hdr: *mut Header) {
+    // SAFETY: passed on; every header on the list is valid, and this thread alone changes it.
     unsafe {
-        let head = *list.head.get();
+        let h = &mut *hdr;
+        let head = *l.head.get();
         h.prev = core::ptr::null_mut();
         h.next = head;
         if !head.is_null() {
             (*head).prev = hdr;
         }
-        *list.head.get() = hdr;
-        *list.live_blocks.get() += 1;
-        *list.live_bytes.get() += size;
-        *list.allocs.get() += 1;
+        *l.head.get() = hdr;
+        *l.live_blocks.get() += 1;
+        *l.live_bytes.get() += h.size() as u64;
+        *l.allocs.get() += 1;
     }
 }
 
-/// Claims a live header and takes it off its list, under the list's lock: of two racing frees of
-/// one block exactly one succeeds, the other sees the freed magic. On failure the header is left
-/// as it was and the error says what its magic held (or `MAGIC_LIVE` for a header whose list
-/// index is not ours, which only a foreign pointer has).
+/// Unlinks `hdr`; as for `push_front`. Counts it as freed when `count`.
 ///
 /// # Safety
-/// `hdr` must be readable and writable for `HEADER_SIZE` bytes and 4-byte aligned.
+/// `hdr` is on this list.
 #[inline(always)]
-pub unsafe fn take(hdr: *mut Header) -> Result<(), u32> {
-    // SAFETY: the caller guarantees an accessible header; a live one is ours to inspect.
-    let magic = unsafe { header::magic(hdr) };
-    let seen = magic.load(Ordering::Relaxed);
-    if seen != MAGIC_LIVE {
-        return Err(seen);
-    }
-    // SAFETY: as above; the size word of a live header does not change while it is live.
-    let h = unsafe { &mut *hdr };
-    let Some(list) = LISTS.get(h.list()) else {
-        return Err(MAGIC_LIVE);
-    };
-    let size = h.size() as u64;
-    let g = Locked::new(list);
-    // Every free of a block takes the same list's lock (the index is fixed while the block is
-    // live), so this second look decides between racing frees.
-    let seen = magic.load(Ordering::Relaxed);
-    if seen != MAGIC_LIVE {
-        return Err(seen);
-    }
-    g.changing();
-    magic.store(MAGIC_FREED, Ordering::Relaxed);
-    // SAFETY: lock held as in `link`; the header is live, so it and its neighbours are on the
-    // list and valid.
+unsafe fn unlink(l: &List, hdr: *mut Header, count: bool) {
+    // SAFETY: passed on; its neighbours are on the list and valid.
     unsafe {
+        let h = &mut *hdr;
         if h.prev.is_null() {
-            *list.head.get() = h.next;
+            *l.head.get() = h.next;
         } else {
             (*h.prev).next = h.next;
         }
         if !h.next.is_null() {
             (*h.next).prev = h.prev;
         }
-        *list.live_blocks.get() -= 1;
-        *list.live_bytes.get() -= size;
-        *list.frees.get() += 1;
+        h.next = core::ptr::null_mut();
+        h.prev = core::ptr::null_mut();
+        if count {
+            *l.live_blocks.get() -= 1;
+            *l.live_bytes.get() -= h.size() as u64;
+            *l.frees.get() += 1;
+        }
     }
-    h.next = core::ptr::null_mut();
-    h.prev = core::ptr::null_mut();
-    Ok(())
 }
 
-/// Undoes a `take` when a realloc fails and the old block stays live: the header goes back on
-/// its list, live again.
+/// Unlinks every block waiting in the inbox; by the thread that changes the list, inside its
+/// bracket or not (this makes its own).
+#[inline(always)]
+fn drain(l: &List) -> Drained {
+    if l.hand.inbox.load(Ordering::Relaxed).is_null() {
+        return Drained::NONE;
+    }
+    drain_slow(l)
+}
+
+#[cold]
+#[inline(never)]
+fn drain_slow(l: &List) -> Drained {
+    let first = l.hand.inbox.swap(core::ptr::null_mut(), Ordering::Acquire);
+    let (mut n, mut bytes) = (0u64, 0u64);
+    changing(l);
+    let mut h = first;
+    while !h.is_null() {
+        // SAFETY: a handed header is still on this list (only its owner or a lock holder, which
+        // this thread is, unlinks it), and its inbox slot links the next.
+        unsafe {
+            let next = header::inbox_next(h);
+            bytes += (*h).size() as u64;
+            unlink(l, h, true);
+            header::magic(h).store(MAGIC_FREED, Ordering::Relaxed);
+            h = next;
+        }
+        n += 1;
+    }
+    changed(l);
+    // Single writer: plain read and write of the monotonic counters.
+    l.hand.drained_blocks.store(
+        l.hand.drained_blocks.load(Ordering::Relaxed) + n,
+        Ordering::Relaxed,
+    );
+    l.hand.drained_bytes.store(
+        l.hand.drained_bytes.load(Ordering::Relaxed) + bytes,
+        Ordering::Relaxed,
+    );
+    Drained(first)
+}
+
+/// Chooses the calling thread's home list at its first allocation: a free one to own when one
+/// is left, else a shared one.
+#[cold]
+#[inline(never)]
+fn choose_home() -> (usize, bool) {
+    let start = NEXT_LIST.fetch_add(1, Ordering::Relaxed);
+    if !thread::exited() && setup() {
+        for k in 0..NOWNED {
+            let i = (start + k) % NOWNED;
+            let l = &LISTS[i];
+            if l.mode.load(Ordering::Relaxed) != LOCKED || !l.lock.try_lock() {
+                continue;
+            }
+            let free = l.mode.load(Ordering::Relaxed) == LOCKED;
+            if free {
+                l.owner.store(thread::tid(), Ordering::Relaxed);
+                l.mode.store(OWNED, Ordering::Relaxed);
+            }
+            // SAFETY: taken just above, on this thread.
+            unsafe { l.lock.unlock() };
+            if free {
+                thread::set_home(i, true);
+                // SAFETY: KEY was created by `setup`. A non-null value arms its destructor. For
+                // the first 32 keys glibc keeps the value in the thread's descriptor; a later key
+                // may calloc, which is a nested call that finds the home already set.
+                unsafe {
+                    libc::pthread_setspecific(
+                        KEY.load(Ordering::Relaxed),
+                        core::ptr::dangling::<libc::c_void>(),
+                    )
+                };
+                return (i, true);
+            }
+        }
+    }
+    let i = NOWNED + start % (NLISTS - NOWNED);
+    thread::set_home(i, false);
+    (i, false)
+}
+
+/// Chooses how takers make owners' stores visible and creates the exit key, once. False when
+/// the key cannot be had: then no thread owns a list (an owner must give it up at its exit).
+#[cold]
+fn setup() -> bool {
+    if KEY_READY.load(Ordering::Acquire) != 0 {
+        return KEY_READY.load(Ordering::Relaxed) == 1;
+    }
+    SETUP.lock();
+    if KEY_READY.load(Ordering::Relaxed) == 0 {
+        BARRIER.store(register_membarrier(), Ordering::Relaxed);
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: a valid out-pointer and destructor; pthread_key_create neither allocates nor
+        // takes a lock a thread inside malloc could hold.
+        let ok = unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0;
+        KEY.store(key, Ordering::Relaxed);
+        KEY_READY.store(if ok { 1 } else { 2 }, Ordering::Release);
+    }
+    // SAFETY: taken above, on this thread.
+    unsafe { SETUP.unlock() };
+    KEY_READY.load(Ordering::Relaxed) == 1
+}
+
+fn register_membarrier() -> u8 {
+    // SAFETY: the membarrier system call takes plain integers and touches no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+            0,
+        )
+    };
+    if r == 0 {
+        BARRIER_MEMBARRIER
+    } else {
+        BARRIER_FENCE
+    }
+}
+
+/// The taker's half of the barrier, after it changed modes: every owner that had not yet read
+/// the mode will see it, and every owner that had is marked busy.
+fn barrier() {
+    if BARRIER.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
+        // SAFETY: as in `register_membarrier`. The process registered, so this cannot fail
+        // with EPERM; on any failure the fence below is all there is, which only an owner
+        // that also fences (never, once registered) could rely on, so fall back for good.
+        let r = unsafe { libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+        if r == 0 {
+            return;
+        }
+    }
+    fence(Ordering::SeqCst);
+}
+
+/// Waits for a list's owner to leave the change it is in; false if `deadline` (a
+/// `stopworld::now_ns` time) passed first.
+fn wait_idle(l: &List, deadline: Option<u64>) -> bool {
+    let mut spins = 0u32;
+    while l.busy.load(Ordering::Acquire) != 0 {
+        if let Some(d) = deadline {
+            if now_ns() > d {
+                return false;
+            }
+        }
+        spins = spins.saturating_add(1);
+        if spins < 100 {
+            core::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    true
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling thread's home list, chosen at its first call.
+#[inline(always)]
+fn home() -> (usize, bool) {
+    match thread::home() {
+        Some(h) => h,
+        None => choose_home(),
+    }
+}
+
+/// Runs `f` on list `i` under its lock, reclaiming the list first when the caller is its owner.
+/// None when the list turned out to be owned by another thread (the caller hands over instead).
+#[cold]
+#[inline(never)]
+fn under_lock<R>(i: usize, mine: bool, f: impl FnOnce(&List) -> R) -> Option<R> {
+    let l = &LISTS[i];
+    let _g = Locked::new(l);
+    if mine {
+        // Taken while we were away: ours again. No one else changes it while we hold the lock,
+        // and a thread that takes the lock later sees it owned and hands over.
+        l.mode.store(OWNED, Ordering::Relaxed);
+    } else if l.mode.load(Ordering::Relaxed) == OWNED {
+        return None;
+    }
+    Some(f(l))
+}
+
+/// Puts a fully written header at the head of the calling thread's list, writing the list's
+/// index in its size word. Returns blocks other threads handed over, for the caller to free.
 ///
 /// # Safety
-/// `hdr` must be a header this thread took with `take` and has not released.
-pub unsafe fn restore(hdr: *mut Header) {
+/// `hdr` must point to a writable header that is on no list.
+#[inline(always)]
+pub unsafe fn link(hdr: *mut Header) -> Drained {
+    let (mut i, mut mine) = home();
+    loop {
+        // SAFETY: the caller hands us a header that is on no list.
+        unsafe { (*hdr).set_list(i) };
+        let l = &LISTS[i];
+        let op = |l: &List| {
+            let d = drain(l);
+            changing(l);
+            // SAFETY: as above; this thread changes the list (owner, or lock holder).
+            unsafe { push_front(l, hdr) };
+            changed(l);
+            d
+        };
+        if mine && enter_owned(l) {
+            let d = op(l);
+            leave_owned(l);
+            return d;
+        }
+        if let Some(d) = under_lock(i, mine, op) {
+            return d;
+        }
+        // Our home was given to another thread (only after this thread's exit gave it up):
+        // use a shared list from now on.
+        i = NOWNED + i % (NLISTS - NOWNED);
+        mine = false;
+        thread::set_home(i, false);
+    }
+}
+
+/// Claims a live header for a free or realloc: of racing frees of one block exactly one
+/// succeeds, the others see a magic that is not live. On the calling thread's own list, or a
+/// list no one owns, the block is unlinked at once; on a list another thread owns, it is handed
+/// to the owner when `hand_over`, else refused as `Elsewhere`.
+///
+/// # Safety
+/// `hdr` must be readable and writable for `HEADER_SIZE` bytes and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refused> {
+    // SAFETY: the caller guarantees an accessible header; a live one is ours to inspect.
+    let magic = unsafe { header::magic(hdr) };
+    let seen = magic.load(Ordering::Relaxed);
+    if seen != MAGIC_LIVE {
+        return Err(Refused::Magic(seen));
+    }
+    // SAFETY: as above; the size word of a live header does not change while it is live.
+    let i = unsafe { (*hdr).list() };
+    if i >= NLISTS {
+        return Err(Refused::Foreign);
+    }
+    let l = &LISTS[i];
+    let mine = thread::home() == Some((i, true));
+    let op = |l: &List| {
+        // The owner alone (or the lock holder) changes the magic of a block on the list from
+        // live, except for a thread handing it over, which does so with a compare-and-swap:
+        // look again now.
+        let seen = magic.load(Ordering::Relaxed);
+        if seen != MAGIC_LIVE {
+            return Err(Refused::Magic(seen));
+        }
+        magic.store(MAGIC_FREED, Ordering::Relaxed);
+        let d = drain(l);
+        changing(l);
+        // SAFETY: the header is live, so it is on this list, which this thread changes.
+        unsafe { unlink(l, hdr, true) };
+        changed(l);
+        Ok(Claimed::Mine(d))
+    };
+    if mine && enter_owned(l) {
+        let r = op(l);
+        leave_owned(l);
+        return r;
+    }
+    if l.mode.load(Ordering::Acquire) != OWNED || mine {
+        if let Some(r) = under_lock(i, mine, op) {
+            return r;
+        }
+    }
+    if !hand_over {
+        return Err(Refused::Elsewhere);
+    }
+    hand(l, hdr)
+}
+
+/// Hands a live block on a list another thread owns to that owner.
+#[cold]
+#[inline(never)]
+fn hand(l: &List, hdr: *mut Header) -> Result<Claimed, Refused> {
+    // SAFETY: the caller checked the header is accessible.
+    let magic = unsafe { header::magic(hdr) };
+    if let Err(seen) = magic.compare_exchange(MAGIC_LIVE, MAGIC_HANDED, Ordering::AcqRel, Ordering::Relaxed) {
+        return Err(Refused::Magic(seen));
+    }
+    // SAFETY: the magic is ours now; the size word does not change.
+    let size = unsafe { (*hdr).size() } as u64;
+    // Counted before it is pushed, so that `handed - drained` never goes below zero.
+    let handed = l.hand.handed_blocks.fetch_add(1, Ordering::Relaxed) + 1;
+    let handed_bytes = l.hand.handed_bytes.fetch_add(size, Ordering::Relaxed) + size;
+    let mut top = l.hand.inbox.load(Ordering::Relaxed);
+    loop {
+        // SAFETY: the header is handed, ours alone to write until it is pushed.
+        unsafe { header::set_inbox_next(hdr, top) };
+        match l
+            .hand
+            .inbox
+            .compare_exchange_weak(top, hdr, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => break,
+            Err(now) => top = now,
+        }
+    }
+    // The other half of the owner's giving up (mode, fence, drain): either its drain saw this
+    // push, or this sees that the list is no longer owned and drains it here.
+    fence(Ordering::SeqCst);
+    let waiting = handed.saturating_sub(l.hand.drained_blocks.load(Ordering::Relaxed));
+    let waiting_bytes = handed_bytes.saturating_sub(l.hand.drained_bytes.load(Ordering::Relaxed));
+    if l.mode.load(Ordering::Relaxed) != OWNED
+        || waiting > TAKE_OVER_BLOCKS
+        || waiting_bytes > TAKE_OVER_BYTES
+    {
+        return Ok(Claimed::Handed(take_over(l)));
+    }
+    Ok(Claimed::Handed(Drained::NONE))
+}
+
+/// Takes a list from its owner, if it has one, and unlinks its inbox.
+#[cold]
+#[inline(never)]
+fn take_over(l: &List) -> Drained {
+    let _g = Locked::new(l);
+    if l.mode.load(Ordering::Relaxed) == OWNED {
+        l.mode.store(TAKEN, Ordering::Relaxed);
+        barrier();
+        wait_idle(l, None);
+    }
+    drain(l)
+}
+
+/// Undoes a `claim` when a realloc fails and the old block stays live: the header goes back on
+/// the calling thread's list, live again. Returns handed blocks to free, as `link` does.
+///
+/// # Safety
+/// `hdr` must be a header this thread claimed with `claim` (as `Mine`) and has not released.
+pub unsafe fn restore(hdr: *mut Header) -> Drained {
     // SAFETY: we hold the claim, so the header is ours alone until it is live again; it is
     // linked before it reads as live, so a (wrong) concurrent free meets a freed block.
     unsafe {
-        link(hdr);
+        let d = link(hdr);
         header::magic(hdr).store(MAGIC_LIVE, Ordering::Release);
+        d
     }
+}
+
+/// The destructor of the exit key, on an exiting thread that owns a list: the list becomes
+/// everyone's, under its lock, and a later thread may own it. Allocations the thread still
+/// makes (later destructors) go to a shared list.
+unsafe extern "C" fn on_thread_exit(_: *mut libc::c_void) {
+    thread::set_exited();
+    let Some((i, true)) = thread::home() else {
+        return;
+    };
+    let l = &LISTS[i];
+    let d = {
+        let _g = Locked::new(l);
+        l.mode.store(LOCKED, Ordering::Relaxed);
+        l.owner.store(0, Ordering::Relaxed);
+        // The other half of `hand`'s fence: a push this drain misses sees the list unowned.
+        fence(Ordering::SeqCst);
+        drain(l)
+    };
+    thread::set_home(NOWNED + i % (NLISTS - NOWNED), false);
+    crate::engine::give_back(d);
 }
 
 /// Why a walk stopped before a list's end: a heap overflow or a stray write broke a link.
@@ -198,17 +671,18 @@ pub struct Break {
     pub lists: usize,
 }
 
-/// Visits every header on every list, checking each link before following it, so that a list
-/// broken by the program (the usual heap overflow writes over the header after a block) ends
-/// the walk of that list instead of the process. `readable(start, end)` says whether memory can
-/// be read. The caller holds every list lock (`lock_all`).
+/// Visits every header of a block that is not freed on every list, checking each link before
+/// following it, so that a list broken by the program (the usual heap overflow writes over the
+/// header after a block) ends the walk of that list instead of the process. `readable(start,
+/// end)` says whether memory can be read. The caller holds every list (`lock_all`).
 ///
-/// A linked header's magic is live, or freed for the moment between a failed realloc's
-/// `restore` and its magic store; anything else is a break.
+/// A linked header's magic is live, handed (freed by another thread, not yet unlinked: passed
+/// over), or freed for the moment between a failed realloc's `restore` and its magic store (the
+/// block is live again); anything else is a break.
 pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMut(&Header)) -> Option<Break> {
     let mut first: Option<Break> = None;
     for (i, list) in LISTS.iter().enumerate() {
-        // SAFETY: the caller holds every list lock, so heads, links and counters are stable.
+        // SAFETY: the caller holds every list, so heads, links and counters are stable.
         let (mut h, count) = unsafe { (*list.head.get(), *list.live_blocks.get()) };
         let mut from: *mut Header = core::ptr::null_mut();
         let mut steps = 0u64;
@@ -236,7 +710,9 @@ pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMu
                     break;
                 }
             };
-            visit(hr);
+            if hr.magic != MAGIC_HANDED {
+                visit(hr);
+            }
             steps += 1;
             from = h;
             h = hr.next;
@@ -256,9 +732,9 @@ fn checked_link<'a>(
         return Err(Broken::Unreadable);
     }
     // SAFETY: `h` is aligned and the whole header is readable (checked just above); the caller
-    // holds every list lock, so nothing of ours changes it while it is looked at.
+    // holds every list, so nothing of ours changes it while it is looked at.
     let hr = unsafe { &*h };
-    if hr.magic != MAGIC_LIVE && hr.magic != MAGIC_FREED {
+    if ![MAGIC_LIVE, MAGIC_FREED, MAGIC_HANDED].contains(&hr.magic) {
         Err(Broken::BadMagic(hr.magic))
     } else if hr.prev != from {
         Err(Broken::PrevMismatch)
@@ -267,39 +743,98 @@ fn checked_link<'a>(
     }
 }
 
-/// Before fork: take every lock so no other thread is half-way through a link when the child's
-/// copy of memory is made.
-pub fn lock_all() {
-    for l in LISTS.iter() {
-        l.lock.lock();
-    }
-}
+/// Lists taken from their owners by `take_all`, to give back on failure.
+struct Taken([u64; NLISTS / 64]);
 
-/// Takes every lock, waiting at most `wait_ns` in all, for a report in a signal handler: a lock
-/// still taken after that is most likely held by the very thread the signal interrupted, which
-/// can never release it while the handler runs. On failure nothing stays locked.
-#[cfg(not(test))]
-pub fn try_lock_all_within(wait_ns: u64) -> bool {
-    let deadline = crate::leak::stopworld::now_ns() as u64 + wait_ns;
+/// Takes every list: every lock, and every owned list from its owner, waiting at most until
+/// `deadline` (None: as long as it takes). On failure nothing stays locked and every list is
+/// as it was.
+fn take_all(deadline: Option<u64>) -> bool {
+    let mut taken = Taken([0; NLISTS / 64]);
     for (i, l) in LISTS.iter().enumerate() {
-        while !l.lock.try_lock() {
-            if crate::leak::stopworld::now_ns() as u64 > deadline {
-                for taken in &LISTS[..i] {
-                    // SAFETY: taken by this loop just above, on this thread.
-                    unsafe { taken.lock.unlock() };
+        match deadline {
+            None => l.lock.lock(),
+            Some(d) => {
+                while !l.lock.try_lock() {
+                    if now_ns() > d {
+                        release_all(i, &taken);
+                        return false;
+                    }
+                    core::hint::spin_loop();
                 }
-                return false;
             }
-            core::hint::spin_loop();
+        }
+        if l.mode.load(Ordering::Relaxed) == OWNED {
+            l.mode.store(TAKEN, Ordering::Relaxed);
+            taken.0[i / 64] |= 1 << (i % 64);
+        }
+    }
+    if taken.0.iter().any(|&w| w != 0) {
+        barrier();
+    }
+    for l in LISTS.iter() {
+        // An owner still busy past the deadline is most likely the very thread a signal
+        // interrupted, which can never finish while the handler runs.
+        if !wait_idle(l, deadline) {
+            release_all(NLISTS, &taken);
+            return false;
         }
     }
     true
 }
 
-/// After fork, in the parent and in the child (where the locks were taken by this very thread).
-pub fn unlock_all() {
-    for l in LISTS.iter() {
-        // SAFETY: `lock_all` took every lock on this thread before the fork.
+/// Gives back the first `n` locks, and ownership of the lists taken, after a failed `take_all`.
+fn release_all(n: usize, taken: &Taken) {
+    for (i, l) in LISTS[..n].iter().enumerate() {
+        if taken.0[i / 64] & (1 << (i % 64)) != 0 {
+            // The owner may be inside a change it began before the list was taken; it must
+            // find it still owned, and no one else may change it meanwhile.
+            l.mode.store(OWNED, Ordering::Relaxed);
+        }
+        // SAFETY: taken by `take_all`, on this thread.
         unsafe { l.lock.unlock() };
     }
+}
+
+/// Before fork and for a report: takes every list so no thread is half-way through a change
+/// when the child's copy of memory is made or the lists are walked.
+pub fn lock_all() {
+    take_all(None);
+}
+
+/// Takes every list, waiting at most `wait_ns` in all, for a report in a signal handler: a
+/// list still busy after that is most likely the very thread the signal interrupted, which can
+/// never leave it while the handler runs. On failure nothing stays taken.
+pub fn try_lock_all_within(wait_ns: u64) -> bool {
+    take_all(Some(now_ns() + wait_ns))
+}
+
+/// After `lock_all`, in the parent: the owners reclaim their lists on their next calls.
+pub fn unlock_all() {
+    for l in LISTS.iter() {
+        // SAFETY: `lock_all` took every lock on this thread.
+        unsafe { l.lock.unlock() };
+    }
+}
+
+/// After fork, in the child, where `lock_all` took every list on this very thread before the
+/// fork: only this thread lives on, so every other thread's list becomes everyone's. The
+/// child registers for `membarrier` again, which it may not inherit.
+pub fn unlock_all_in_child() {
+    let own = match thread::home() {
+        Some((i, true)) => Some(i),
+        _ => None,
+    };
+    for (i, l) in LISTS.iter().enumerate() {
+        if Some(i) == own {
+            l.owner.store(thread::tid(), Ordering::Relaxed);
+        } else if l.mode.load(Ordering::Relaxed) != LOCKED {
+            l.mode.store(LOCKED, Ordering::Relaxed);
+            l.owner.store(0, Ordering::Relaxed);
+        }
+    }
+    if BARRIER.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
+        BARRIER.store(register_membarrier(), Ordering::Relaxed);
+    }
+    unlock_all();
 }

@@ -7,7 +7,6 @@
 
 use crate::tls;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// The prefix of the thread's area that this file owns.
 #[repr(C)]
@@ -16,8 +15,12 @@ pub struct State {
     busy: Cell<bool>,
     /// Whether the walker's caches in the area are initialised (`unwind/fast.rs`).
     pub walker_ready: Cell<bool>,
-    /// The thread's list plus one; zero before the first allocation.
+    /// The thread's home list plus one; zero before the first allocation.
     list: Cell<usize>,
+    /// Whether the thread owns its home list (`lists.rs`).
+    owns: Cell<bool>,
+    /// Whether the thread's exit gave its list up: it never takes another.
+    exited: Cell<bool>,
 }
 
 #[inline(always)]
@@ -26,8 +29,6 @@ fn state<'a>() -> &'a State {
     // only this thread touches its state, through `Cell`s.
     unsafe { &(*tls::area()).thread }
 }
-
-static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's kernel thread id, from a cache filled by one syscall per thread.
 #[inline(always)]
@@ -55,18 +56,31 @@ pub fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// The list this thread puts its blocks on: threads are spread round-robin over the lists, so
-/// threads share a lock only when there are more of them than lists.
+/// The thread's home list, if it has one yet, and whether it owns it.
 #[inline(always)]
-pub fn home_list(nlists: usize) -> usize {
-    let l = &state().list;
-    let cur = l.get();
-    if cur != 0 {
-        return cur - 1;
+pub fn home() -> Option<(usize, bool)> {
+    let st = state();
+    match st.list.get() {
+        0 => None,
+        n => Some((n - 1, st.owns.get())),
     }
-    let fresh = NEXT_LIST.fetch_add(1, Ordering::Relaxed) % nlists;
-    l.set(fresh + 1);
-    fresh
+}
+
+/// Sets the thread's home list (`lists.rs` decides which).
+pub fn set_home(list: usize, owns: bool) {
+    let st = state();
+    st.list.set(list + 1);
+    st.owns.set(owns);
+}
+
+/// Whether the thread gave its list up on its way out.
+pub fn exited() -> bool {
+    state().exited.get()
+}
+
+/// Marks the thread as on its way out.
+pub fn set_exited() {
+    state().exited.set(true);
 }
 
 /// Marks the thread as inside libdmem for its lifetime. Anything that may call back into malloc

@@ -487,6 +487,10 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
     let (nframes, off_next, off_prev) = (w(NFRAMES), w(OFF_NEXT), w(OFF_PREV));
     let (off_frames, off_size, size_bits) = (w(OFF_FRAMES), w(OFF_SIZE), w(SIZE_BITS));
     let (off_tid, off_magic, magic_live) = (w(OFF_TID), w(OFF_MAGIC), w(MAGIC_LIVE));
+    // Freed by another thread and still linked until the list's owner unlinks it.
+    let magic_handed = w(MAGIC_HANDED);
+    let (off_handed, off_handed_bytes) = (w(LIST_OFF_HANDED_BLOCKS), w(LIST_OFF_HANDED_BYTES));
+    let (off_drained, off_drained_bytes) = (w(LIST_OFF_DRAINED_BLOCKS), w(LIST_OFF_DRAINED_BYTES));
     let (lists, nlists, stride, off_head) = (w(LISTS), w(NLISTS), w(LIST_STRIDE), w(LIST_OFF_HEAD));
     let (off_live_blocks, off_live_bytes) = (w(LIST_OFF_LIVE_BLOCKS), w(LIST_OFF_LIVE_BYTES));
     let (off_allocs, off_frees) = (w(LIST_OFF_ALLOCS), w(LIST_OFF_FREES));
@@ -512,12 +516,13 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
     for i in 0..nlists {
         let list = lists + i * stride;
         let (mut h, mut prev, mut count, mut bytes) = (rd(list + off_head), 0, 0u64, 0u64);
+        let (mut handed, mut handed_bytes) = (0u64, 0u64);
         while h != 0 {
             assert!(count < 10_000_000, "list {i} does not end");
-            assert_eq!(
-                rd32(h + off_magic),
-                magic_live as u32,
-                "magic of header {h:#x} on list {i}"
+            let magic = rd32(h + off_magic) as u64;
+            assert!(
+                magic == magic_live || magic == magic_handed,
+                "magic {magic:#x} of header {h:#x} on list {i}"
             );
             assert_eq!(rd(h + off_prev), prev, "prev link of header {h:#x} on list {i}");
             let word = rd(h + off_size);
@@ -527,6 +532,13 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
                 i,
                 "list index recorded in header {h:#x}"
             );
+            if magic == magic_handed {
+                handed += 1;
+                handed_bytes += size;
+                prev = h;
+                h = rd(h + off_next);
+                continue;
+            }
             let frames = (0..nframes).map(|f| rd(h + off_frames + 8 * f)).collect();
             blocks.push(Block {
                 header: h,
@@ -541,8 +553,16 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
         }
         let (live, live_bytes) = (rd(list + off_live_blocks), rd(list + off_live_bytes));
         let (allocs, frees) = (rd(list + off_allocs), rd(list + off_frees));
-        assert_eq!(live, count, "live_blocks counter of list {i}");
-        assert_eq!(live_bytes, bytes, "live_bytes counter of list {i}");
+        // The live counters still count the handed blocks; the hand-over counters say how many.
+        let waiting = rd(list + off_handed) - rd(list + off_drained);
+        let waiting_bytes = rd(list + off_handed_bytes) - rd(list + off_drained_bytes);
+        assert_eq!(
+            (waiting, waiting_bytes),
+            (handed, handed_bytes),
+            "handed blocks of list {i}"
+        );
+        assert_eq!(live, count + handed, "live_blocks counter of list {i}");
+        assert_eq!(live_bytes, bytes + handed_bytes, "live_bytes counter of list {i}");
         assert_eq!(allocs - frees, live, "allocs - frees of list {i}");
     }
     blocks

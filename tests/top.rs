@@ -36,8 +36,9 @@ struct Counters {
     lists: u64,
     nlists: u64,
     stride: u64,
-    /// Offsets in a list of live_blocks, live_bytes, allocs, frees.
-    offs: [u64; 4],
+    /// Offsets in a list of live_blocks, live_bytes, allocs, frees, and of the blocks and bytes
+    /// handed over and drained (the live counters include handed blocks until drained).
+    offs: [u64; 8],
 }
 
 /// One reading of the counters, summed over the lists.
@@ -97,6 +98,10 @@ impl Counters {
                 w(LIST_OFF_LIVE_BYTES),
                 w(LIST_OFF_ALLOCS),
                 w(LIST_OFF_FREES),
+                w(LIST_OFF_HANDED_BLOCKS),
+                w(LIST_OFF_HANDED_BYTES),
+                w(LIST_OFF_DRAINED_BLOCKS),
+                w(LIST_OFF_DRAINED_BYTES),
             ],
         }
     }
@@ -116,8 +121,10 @@ impl Counters {
                 let at = (i * self.stride + off) as usize;
                 u64::from_le_bytes(raw[at..at + 8].try_into().unwrap())
             };
-            r.live_blocks += w(self.offs[0]);
-            r.live_bytes += w(self.offs[1]);
+            let handed = w(self.offs[4]).saturating_sub(w(self.offs[6]));
+            let handed_bytes = w(self.offs[5]).saturating_sub(w(self.offs[7]));
+            r.live_blocks += w(self.offs[0]).saturating_sub(handed);
+            r.live_bytes += w(self.offs[1]).saturating_sub(handed_bytes);
             r.changes += w(self.offs[2]) + w(self.offs[3]);
         }
         r

@@ -11,8 +11,9 @@
 
 /// "DMEMLAYT" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
-/// The version the library writes.
-pub const VERSION: u64 = 3;
+/// The version the library writes. Version 4: a block on a list may be handed (freed by another
+/// thread, not yet unlinked by the list's owner), and the live counters include such blocks.
+pub const VERSION: u64 = 4;
 /// Bytes of a field's name, NUL included.
 pub const NAME_LEN: usize = 24;
 /// Bytes before the first entry: magic, version and count.
@@ -63,6 +64,17 @@ pub mod field {
     pub const SIZE_ALIGN_BITS: &str = "size_align_bits";
     /// Offset in a list of its sequence counter, odd while a link or unlink is under way.
     pub const LIST_OFF_CHANGES: &str = "list_off_changes";
+    /// From version 4: the magic of a header on a list whose block another thread freed; it
+    /// counts as freed.
+    pub const MAGIC_HANDED: &str = "magic_handed";
+    /// Offsets in a list of the owning thread's id (0 for none) and of the counters of blocks
+    /// handed over ever and unlinked since, with their bytes: `handed - drained` of the live
+    /// counters are freed blocks.
+    pub const LIST_OFF_OWNER: &str = "list_off_owner";
+    pub const LIST_OFF_HANDED_BLOCKS: &str = "list_off_handed_blocks";
+    pub const LIST_OFF_HANDED_BYTES: &str = "list_off_handed_bytes";
+    pub const LIST_OFF_DRAINED_BLOCKS: &str = "list_off_drained_blocks";
+    pub const LIST_OFF_DRAINED_BYTES: &str = "list_off_drained_bytes";
 }
 
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
@@ -153,7 +165,7 @@ pub fn size(head: &[u8]) -> Result<usize, String> {
     match word(head, 8) {
         1 => Ok(8 * (2 + V1_WORDS)),
         2 => Ok(8 * (2 + OLD_ORDER.len())),
-        3 => {
+        3..=VERSION => {
             let n = word(head, 16);
             if n > MAX_FIELDS {
                 return Err(format!("the descriptor claims {n} fields"));

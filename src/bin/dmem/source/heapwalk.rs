@@ -65,6 +65,11 @@ pub struct Layout {
     pub addr: u64,
     /// Version 1 has no sequence counters.
     pub list_off_changes: Option<u64>,
+    /// From version 4: the magic of a handed block (freed by another thread, still on the list
+    /// until its owner unlinks it), and the offsets in a list of the handed and drained blocks
+    /// and bytes, whose differences the live counters still include.
+    pub magic_handed: Option<u32>,
+    pub list_off_hand: Option<[u64; 4]>,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -135,6 +140,21 @@ impl Layout {
             } else {
                 Some(w(field::LIST_OFF_CHANGES)?)
             },
+            magic_handed: if f.version >= 4 {
+                Some(w(field::MAGIC_HANDED)? as u32)
+            } else {
+                None
+            },
+            list_off_hand: if f.version >= 4 {
+                Some([
+                    w(field::LIST_OFF_HANDED_BLOCKS)?,
+                    w(field::LIST_OFF_HANDED_BYTES)?,
+                    w(field::LIST_OFF_DRAINED_BLOCKS)?,
+                    w(field::LIST_OFF_DRAINED_BYTES)?,
+                ])
+            } else {
+                None
+            },
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
@@ -176,6 +196,7 @@ impl Layout {
         if list_fields
             .iter()
             .chain(self.list_off_changes.iter())
+            .chain(self.list_off_hand.iter().flatten())
             .any(|off| off + 8 > self.list_stride)
         {
             return Err("a list field lies beyond the list stride".into());
@@ -279,13 +300,26 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// The counters of one list from its bytes, `list_stride` of them.
+    /// The counters of one list from its bytes, `list_stride` of them, with the blocks handed
+    /// over but not yet unlinked counted as freed.
     fn of_list(l: &Layout, raw: &[u8]) -> Counters {
+        let (handed, handed_bytes) = Counters::handed(l, raw);
         Counters {
-            live_blocks: word_at(raw, l.list_off_live_blocks),
-            live_bytes: word_at(raw, l.list_off_live_bytes),
+            live_blocks: word_at(raw, l.list_off_live_blocks).saturating_sub(handed),
+            live_bytes: word_at(raw, l.list_off_live_bytes).saturating_sub(handed_bytes),
             allocs: word_at(raw, l.list_off_allocs),
-            frees: word_at(raw, l.list_off_frees),
+            frees: word_at(raw, l.list_off_frees) + handed,
+        }
+    }
+
+    /// Blocks and bytes of a list handed over and not yet unlinked (version 4).
+    fn handed(l: &Layout, raw: &[u8]) -> (u64, u64) {
+        match l.list_off_hand {
+            Some([hb, hy, db, dy]) => (
+                word_at(raw, hb).saturating_sub(word_at(raw, db)),
+                word_at(raw, hy).saturating_sub(word_at(raw, dy)),
+            ),
+            None => (0, 0),
         }
     }
 
@@ -578,7 +612,7 @@ fn read_list(
         i,
         base + l.list_off_head,
         word_at(&raw, l.list_off_head),
-        counters.live_blocks,
+        word_at(&raw, l.list_off_live_blocks),
         s,
         strict,
     )
@@ -777,6 +811,12 @@ fn walk_headers(
             });
             break;
         }
+        if f.handed {
+            prev = h;
+            h = f.next;
+            steps += 1;
+            continue;
+        }
         s.blocks.push(Block {
             addr: h + hs,
             size: f.size,
@@ -803,6 +843,8 @@ const MAX_RECOVERIES: u32 = 4096;
 
 /// A header's fields, once it has been found sound.
 struct HeaderFields {
+    /// Freed by another thread and not yet unlinked: walked past, not a block.
+    handed: bool,
     next: u64,
     prev: u64,
     size: u64,
@@ -834,7 +876,8 @@ fn read_header(
     let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
     let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
     let magic = u32_at(l.off_magic);
-    if magic != l.magic_live {
+    let handed = Some(magic) == l.magic_handed;
+    if magic != l.magic_live && !handed {
         return Ok(Err(Bad::Magic(magic)));
     }
     let word = u64_at(l.off_size);
@@ -847,6 +890,7 @@ fn read_header(
         return Ok(Err(Bad::OtherList(list)));
     }
     Ok(Ok(HeaderFields {
+        handed,
         next: u64_at(l.off_next),
         prev: u64_at(l.off_prev),
         size: word & ((1u64 << l.size_bits) - 1),
@@ -903,7 +947,7 @@ pub mod tests {
     const NLISTS: u64 = 2;
 
     /// The fields of a descriptor of this crate's own layout, two lists.
-    const FAKE_FIELDS: [(&str, u64); 27] = [
+    const FAKE_FIELDS: [(&str, u64); 33] = [
         (field::HEADER_SIZE, 112),
         (field::NFRAMES, 10),
         (field::OFF_NEXT, 0),
@@ -931,6 +975,12 @@ pub mod tests {
         (field::SIZE_LIST_BITS, 8),
         (field::SIZE_ALIGN_SHIFT, 56),
         (field::SIZE_ALIGN_BITS, 8),
+        (field::MAGIC_HANDED, 0xd3e3_f4ed),
+        (field::LIST_OFF_OWNER, 56),
+        (field::LIST_OFF_HANDED_BLOCKS, 72),
+        (field::LIST_OFF_HANDED_BYTES, 80),
+        (field::LIST_OFF_DRAINED_BLOCKS, 88),
+        (field::LIST_OFF_DRAINED_BYTES, 96),
     ];
 
     /// A process with the descriptor at `DESC` and two empty lists.
@@ -989,6 +1039,35 @@ pub mod tests {
             (b.size, b.tid, &w.stacks[b.stack as usize][..]),
             (300, 8, &[0xc][..])
         );
+    }
+
+    #[test]
+    fn a_block_handed_to_its_owner_is_walked_past_and_counted_as_freed() {
+        let m = fake_process();
+        link(&m, 0, 0x10000, 100, 7, &[0xa]);
+        link(&m, 0, 0x10100, 200, 8, &[0xb]);
+        link(&m, 0, 0x10200, 300, 7, &[0xa]);
+        // Another thread freed the middle block: handed, still linked, counted as live by the
+        // owner's counters, and once in the handed ones.
+        m.put(0x10100 + 108, &0xd3e3_f4edu32.to_le_bytes());
+        let base = LISTS;
+        m.put_u64(base + 72, 1);
+        m.put_u64(base + 80, 200);
+        let l = Layout::read(&m, DESC).unwrap();
+        for opts in [WalkOptions::default(), WalkOptions::still()] {
+            let w = walk(&m, &l, opts).unwrap();
+            assert_eq!(w.inconsistent(), 0, "{:?}", w.lists[0]);
+            let mut addrs: Vec<_> = w.blocks.iter().map(|b| b.addr - 112).collect();
+            addrs.sort_unstable();
+            assert_eq!(addrs, [0x10000, 0x10200]);
+            assert_eq!((w.counters.live_blocks, w.counters.live_bytes), (2, 400));
+            assert_eq!(w.counters.allocs - w.counters.frees, 2);
+        }
+        // Once unlinked by the owner it is drained: the counters agree with the walk again.
+        m.put_u64(base + 88, 1);
+        m.put_u64(base + 96, 200);
+        let c = counters(&m, &l).unwrap();
+        assert_eq!((c.live_blocks, c.live_bytes), (3, 600));
     }
 
     #[test]
@@ -1138,7 +1217,7 @@ pub mod tests {
     #[test]
     fn a_version_2_descriptor_reads_as_its_fields_in_order() {
         let m = fake_process();
-        let v3 = Layout::read(&m, DESC).unwrap();
+        let now = Layout::read(&m, DESC).unwrap();
         let words = descriptor::OLD_ORDER.map(|name| FAKE_FIELDS.iter().find(|(n, _)| *n == name).unwrap().1);
         let old = 0x8000;
         m.put_u64(old, descriptor::MAGIC);
@@ -1159,10 +1238,13 @@ pub mod tests {
             ),
             format!(
                 "{:?}",
+                // Version 2 had no handed blocks.
                 Layout {
                     addr: 0,
                     version: 0,
-                    ..v3
+                    magic_handed: None,
+                    list_off_hand: None,
+                    ..now
                 }
             )
         );
