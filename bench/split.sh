@@ -1,7 +1,7 @@
 #!/bin/sh
-# Where recording's time goes: builds the library twice more with one part of recording taken
-# away (the bench-no-unwind and bench-no-lock features, never in a library a user preloads) and
-# runs them beside the full library, the header floor and no-log-allocs in one interleaved run.
+# Where recording's time goes: builds the library once more with the unwinding taken away (the
+# bench-no-unwind feature, never in a library a user preloads) and runs it beside the full
+# library, the header floor and no-log-allocs in one interleaved run.
 # The differences between the rows are the split; see bench/README.md.
 #
 #   bench/split.sh               all three workloads, 5 runs each
@@ -20,18 +20,12 @@ while [ $# -gt 0 ]; do
     *) echo "split.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-for feature in bench-no-unwind bench-no-lock; do
-    cargo build --release --lib --quiet --features "$feature" --target-dir "$target_dir/$feature"
-done
+cargo build --release --lib --quiet --features bench-no-unwind --target-dir "$target_dir/bench-no-unwind"
 for workload in storm python cxxmap; do
     [ -z "$only" ] || [ "$only" = "$workload" ] || continue
-    # Without its lock the library is only correct in a single-threaded program: python.
-    nolock=""
-    [ "$workload" = python ] && nolock="--also dmem-no-lock=$target_dir/bench-no-lock/release/libdmem.so"
-    # shellcheck disable=SC2086
     python3 bench/harness.py --lib "$target_dir/release/libdmem.so" \
         --storm "$out_dir/fixtures/bench_storm" --floor "$out_dir/fixtures/libheader_floor.so" \
         --cxxmap "$out_dir/fixtures/bench_cxxmap" --only "$workload" --runs "$runs" \
         --tools dmem,dmem-nostacks,header-floor \
-        --also "dmem-no-unwind=$target_dir/bench-no-unwind/release/libdmem.so" $nolock
+        --also "dmem-no-unwind=$target_dir/bench-no-unwind/release/libdmem.so"
 done

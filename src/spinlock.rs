@@ -1,5 +1,5 @@
-//! The lock of each live-block list: a spin lock that never allocates and is released by a
-//! plain store.
+//! The lock of each live-block list, taken only when no thread owns the list (see `lists.rs`): a
+//! spin lock that never allocates and is released by a plain store.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,12 +21,6 @@ impl RawMutex {
 
     #[inline(always)]
     pub fn lock(&self) {
-        #[cfg(feature = "bench-no-lock")]
-        {
-            self.0.store(true, Ordering::Relaxed);
-            return;
-        }
-        #[allow(unreachable_code)]
         if self
             .0
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
