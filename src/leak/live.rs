@@ -1,5 +1,6 @@
-//! The live blocks as the exit report sees them: copied out of the lists while every list lock is
-//! held, with a walk that stops at a list the program broke.
+//! The live blocks as the exit report sees them: copied out of the lists while every list is
+//! taken (`lists::lock_all`: every lock held and no owner inside a change), with a walk that
+//! stops at a list the program broke.
 
 use super::memory::readable;
 use crate::analysis::maps::Mapping;
@@ -14,12 +15,12 @@ pub(super) struct Live {
 }
 
 /// Copies every live block out of the lists, sorted by address, and says where a list broken by
-/// the program stopped the copy. The caller holds every list lock, so the copy is consistent and
-/// stays true until the locks are released.
+/// the program stopped the copy. The caller has taken every list, so the copy is consistent and
+/// stays true until the lists are released.
 pub(super) fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Option<lists::Break>) {
     let n: u64 = LISTS
         .iter()
-        // SAFETY: every list lock is held (see above), so the counters are stable.
+        // SAFETY: every list is taken (see above), so the counters are stable.
         .map(|l| unsafe { *l.live_blocks.get() })
         .sum();
     let mut out = Vec::with_capacity(n as usize);
