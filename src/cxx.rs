@@ -84,7 +84,9 @@ macro_rules! delete_ops {
         #[no_mangle]
         pub unsafe extern "C" fn $name(p: *mut c_void $(, $arg: $ty)*) {
             $(let _ = $arg;)*
-            engine::release(p.cast());
+            engine::release(p.cast(), unwind::here());
+            // Not a tail call: the walk of the history's stack starts in this frame.
+            core::hint::black_box(());
         }
     )*};
 }

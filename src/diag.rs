@@ -55,11 +55,11 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
             .dec(tid as u64);
         out.str(", allocated at ");
         let _guard = thread::Guard::enter();
-        for (i, &pc) in frames.iter().take(NFRAMES).take_while(|&&pc| pc != 0).enumerate() {
-            if i > 0 {
-                out.str(", ");
-            }
-            describe_pc(&mut out, pc);
+        describe_stack(&mut out, &frames);
+        // With a history, the first free is there too, unless newer events wrote over it.
+        if let (BadFree::Double, Some((tid, freed))) = (kind, crate::history::last_free_of(user as usize)) {
+            out.str("; first freed by thread ").dec(tid as u64).str(" at ");
+            describe_stack(&mut out, &freed);
         }
     }
     out.str(if ignore { " (ignored)\n" } else { "; aborting\n" });
@@ -68,6 +68,16 @@ pub fn bad_free(func: &str, user: *const u8, kind: BadFree, hdr: Option<&Header>
         // SAFETY: abort never returns; raising SIGABRT is what glibc does on a detected bad free,
         // so a core file exists for the post-mortem.
         unsafe { libc::abort() };
+    }
+}
+
+/// A stack as one line: its frames, innermost first, comma-separated.
+fn describe_stack(out: &mut Out, frames: &[usize; NFRAMES]) {
+    for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
+        if i > 0 {
+            out.str(", ");
+        }
+        describe_pc(out, pc);
     }
 }
 

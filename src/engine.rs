@@ -16,7 +16,7 @@ use crate::lists::Refused;
 #[cfg(not(test))]
 use crate::signals;
 use crate::unwind::Origin;
-use crate::{lists, options, thread, unwind};
+use crate::{history, lists, options, thread, unwind};
 
 /// The calling thread's errno, found once per call: saved on entry and put back on success, since
 /// the backend and our own slow paths may change it.
@@ -103,6 +103,9 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
         }
         // SAFETY: the header is fully written and on no list.
         give_back(unsafe { lists::link(hdr) });
+        if opts.history != 0 && opts.history_allocs {
+            remember_alloc(h, hdr);
+        }
     } else {
         h.next = core::ptr::null_mut();
         h.prev = core::ptr::null_mut();
@@ -264,16 +267,70 @@ pub fn give_back(drained: lists::Drained) {
     }
 }
 
-/// free(): null is a no-op, arena blocks are never freed.
+/// An allocation, for the history (`history-allocs`).
+#[cold]
+#[inline(never)]
+fn remember_alloc(h: &Header, hdr: *mut Header) {
+    let p = history::Pending {
+        addr: header::to_user(hdr) as usize,
+        size: h.size(),
+        alloc_tid: h.tid,
+        kind: history::KIND_ALLOC,
+        alloc_frames: h.frames,
+        free_frames: [0; header::NFRAMES],
+    };
+    history::record(&p, options::get().history);
+}
+
+/// A free the history will record if the block turns out to be live: its header copied now,
+/// while the block is surely there, and the stack of the free walked from `from`. None for a
+/// pointer that has no live header.
+#[cold]
+#[inline(never)]
+fn pending_free(user: *mut u8, from: Origin) -> Option<history::Pending> {
+    if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
+        return None;
+    }
+    let hdr = header::from_user(user);
+    // SAFETY: as in `claim`: a pointer of ours has its header right before it, and the magic
+    // says whether it does.
+    if unsafe { header::magic(hdr) }.load(core::sync::atomic::Ordering::Relaxed) != MAGIC_LIVE {
+        return None;
+    }
+    // SAFETY: a live header (checked just above).
+    let mut p = history::Pending::free_of(unsafe { &*hdr }, user);
+    record(from, &mut p.free_frames);
+    Some(p)
+}
+
+/// free(): null is a no-op, arena blocks are never freed. With a history, the free is recorded
+/// with the stack above `from`.
 #[inline(always)]
-pub fn release(user: *mut u8) {
+pub fn release(user: *mut u8, from: Origin) {
     if user.is_null() || bootstrap::arena_contains(user) {
         return;
     }
     let Some(real) = bootstrap::real() else { return };
     let saved = Errno::save();
-    if let Claim::Mine(hdr) = claim("free", user, true) {
-        dispose(real, hdr);
+    let opts = options::get();
+    let pending = if opts.history != 0 && opts.record {
+        pending_free(user, from)
+    } else {
+        None
+    };
+    match claim("free", user, true) {
+        Claim::Mine(hdr) => {
+            if let Some(p) = &pending {
+                history::record(p, opts.history);
+            }
+            dispose(real, hdr);
+        }
+        Claim::Handed => {
+            if let Some(p) = &pending {
+                history::record(p, opts.history);
+            }
+        }
+        Claim::Elsewhere(_) | Claim::Bad => {}
     }
     saved.restore();
     after_change();
@@ -325,7 +382,7 @@ fn move_from_elsewhere(real: &Real, hdr: *mut Header, user: *mut u8, size: usize
     // SAFETY: the old block is live and holds `usable_size` bytes, the new one `size`; they are
     // distinct.
     unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
-    release(user);
+    release(user, from);
     new
 }
 
@@ -336,7 +393,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         return allocate(size, 0, false, from);
     }
     if size == 0 {
-        release(user);
+        release(user, from);
         return core::ptr::null_mut();
     }
     if bootstrap::arena_contains(user) {
@@ -370,6 +427,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         let keep = usable_of(real, hdr).min(size);
         // SAFETY: the old block holds `usable_size` bytes, the new one `size`; they are distinct.
         unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
+        remember_moved(hdr, user, new, from);
         dispose(real, hdr);
         saved.restore();
         return new;
@@ -384,6 +442,11 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     if options::get().record {
         record(from, &mut frames);
     }
+    // The old block's header as it was, for the history, should the block move.
+    let old = (options::get().history != 0).then(|| {
+        // SAFETY: we own the claimed header.
+        history::Pending::free_of(unsafe { &*hdr }, user)
+    });
     // SAFETY: hdr is the base of an ordinary block from this backend.
     let base = unsafe { (real.realloc)(hdr.cast(), size + HEADER_SIZE) };
     if base.is_null() {
@@ -393,7 +456,26 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     }
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
     let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames)) };
+    if let Some(mut p) = old {
+        if new != user {
+            // A block that moved was freed where it was, by this realloc.
+            p.free_frames = frames;
+            history::record(&p, options::get().history);
+        }
+    }
     saved.restore();
     after_change();
     new
+}
+
+/// A realloc that moved a block by hand: the old block's free, for the history.
+fn remember_moved(hdr: *mut Header, user: *mut u8, new: *mut u8, from: Origin) {
+    let opts = options::get();
+    if opts.history == 0 || new == user {
+        return;
+    }
+    // SAFETY: the caller owns the claimed header.
+    let mut p = history::Pending::free_of(unsafe { &*hdr }, user);
+    record(from, &mut p.free_frames);
+    history::record(&p, opts.history);
 }

@@ -110,12 +110,12 @@ pub fn free_spent() {
         // SAFETY: unlinking a spent list from the chain as exit would; `ours` is a live list
         // block whose first word is `next`.
         unsafe { *(ours as *mut u64) = after };
-        engine::release(next as *mut u8);
+        engine::release(next as *mut u8, crate::unwind::here());
         next = after;
     }
     if !c.has(next) {
         // Every list behind ours is spent and gone, and so is ours: exit would free it too,
         // leaving its own pointer to it dangling, which nothing reads after our handler.
-        engine::release(ours as *mut u8);
+        engine::release(ours as *mut u8, crate::unwind::here());
     }
 }

@@ -157,7 +157,7 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, nmemb: size_t, size: siz
 /// The C free contract: `ptr` is null or a live block from this allocator.
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
-    engine::release(ptr.cast());
+    engine::release(ptr.cast(), unwind::here());
     if diag::tracing() {
         trace_free(ptr.cast());
     }

@@ -13,6 +13,7 @@ use crate::header::{
     self, Header, ALIGN_BITS, ALIGN_SHIFT, HEADER_SIZE, LIST_BITS, LIST_SHIFT, MAGIC_FREED, MAGIC_HANDED,
     MAGIC_LIVE, NFRAMES, SIZE_BITS,
 };
+use crate::history::{self, Event, Ring};
 use crate::lists::{self, Hand, List, NLISTS};
 use core::mem::offset_of;
 use core::sync::atomic::AtomicU64;
@@ -26,7 +27,7 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 33;
+const NFIELDS: usize = 50;
 
 /// The word of flags the descriptor points at, set once at start-up.
 pub static FLAGS: AtomicU64 = AtomicU64::new(0);
@@ -94,6 +95,23 @@ pub static dmem_layout: Layout = Layout {
             field::LIST_OFF_DRAINED_BYTES,
             offset_of!(List, hand) + offset_of!(Hand, drained_bytes),
         ),
+        Entry::address(field::HISTORY_RINGS, history::RINGS.as_ptr()),
+        n(field::HISTORY_NRINGS, NLISTS),
+        n(field::RING_OFF_COUNT, offset_of!(Ring, count)),
+        n(field::RING_OFF_CAPACITY, offset_of!(Ring, capacity)),
+        n(field::RING_OFF_EVENTS, history::RING_HEAD),
+        n(field::EVENT_SIZE, history::EVENT_SIZE),
+        n(field::EVENT_OFF_SEQ, offset_of!(Event, seq)),
+        n(field::EVENT_OFF_ADDR, offset_of!(Event, addr)),
+        n(field::EVENT_OFF_SIZE, offset_of!(Event, size)),
+        n(field::EVENT_OFF_TIME, offset_of!(Event, time_ns)),
+        n(field::EVENT_OFF_TID, offset_of!(Event, tid)),
+        n(field::EVENT_OFF_ALLOC_TID, offset_of!(Event, alloc_tid)),
+        n(field::EVENT_OFF_KIND, offset_of!(Event, kind)),
+        n(field::EVENT_OFF_ALLOC_FRAMES, offset_of!(Event, alloc_frames)),
+        n(field::EVENT_OFF_FREE_FRAMES, offset_of!(Event, free_frames)),
+        n(field::EVENT_KIND_FREE, history::KIND_FREE as usize),
+        n(field::EVENT_KIND_ALLOC, history::KIND_ALLOC as usize),
     ],
 };
 

@@ -8,6 +8,7 @@ mod bootstrap;
 mod diag;
 mod engine;
 mod header;
+mod history;
 mod layout;
 mod lists;
 mod options;

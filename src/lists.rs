@@ -145,8 +145,12 @@ impl Iterator for Drained {
             return None;
         }
         // SAFETY: every header of a drained chain was handed (its inbox slot written) and is now
-        // the caller's alone.
-        self.0 = unsafe { header::inbox_next(h) };
+        // the caller's alone. The slot is cleared, so that a later double free's message does
+        // not show the link as the outermost allocation frame.
+        unsafe {
+            self.0 = header::inbox_next(h);
+            header::set_inbox_next(h, core::ptr::null_mut());
+        }
         Some(h)
     }
 }
@@ -441,9 +445,9 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The calling thread's home list, chosen at its first call.
+/// The calling thread's home list, chosen at its first call, and whether the thread owns it.
 #[inline(always)]
-fn home() -> (usize, bool) {
+pub fn home() -> (usize, bool) {
     match thread::home() {
         Some(h) => h,
         None => choose_home(),

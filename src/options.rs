@@ -40,6 +40,10 @@ pub struct Options {
     pub signal_report: bool,
     /// Append to the trace and report files rather than truncate them.
     pub append_files: bool,
+    /// Events each list's free history keeps (`history.rs`); 0 keeps none.
+    pub history: usize,
+    /// Record allocations in the history too.
+    pub history_allocs: bool,
 }
 
 enum Kind {
@@ -127,6 +131,16 @@ static TABLE: &[Spec] = &[
         help: "report a free of a foreign pointer or a double free, then carry on instead of aborting",
     },
     Spec {
+        name: "history",
+        kind: Kind::Value("N", set_history),
+        help: "keep the last N frees (1 to 1048576) per thread's list in memory, each with its address, size, thread, time, the stack of the free and the block's allocation stack, for dmem history, dmem whatis and double-free messages; 200 bytes per event",
+    },
+    Spec {
+        name: "history-allocs",
+        kind: Kind::Flag(|o| o.history_allocs = true),
+        help: "with history=N, record allocations in the history too",
+    },
+    Spec {
         name: "unwinder",
         kind: Kind::Value("fast|backtrace", set_unwinder),
         help: "how stacks are captured: cached CFI unwinder, or the platform unwinder",
@@ -150,6 +164,17 @@ fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> bool {
     *dst = [0; PATH_MAX];
     dst[..v.len()].copy_from_slice(v);
     true
+}
+
+fn set_history(o: &mut Options, v: &[u8]) -> bool {
+    let parsed = core::str::from_utf8(v).ok().and_then(|s| s.parse::<usize>().ok());
+    match parsed {
+        Some(n @ 1..=1_048_576) => {
+            o.history = n;
+            true
+        }
+        _ => false,
+    }
 }
 
 fn set_exitcode(o: &mut Options, v: &[u8]) -> bool {
@@ -220,6 +245,8 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     freeres: true,
     signal_report: true,
     append_files: false,
+    history: 0,
+    history_allocs: false,
 }));
 
 pub fn get() -> &'static Options {

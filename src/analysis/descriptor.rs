@@ -75,6 +75,28 @@ pub mod field {
     pub const LIST_OFF_HANDED_BYTES: &str = "list_off_handed_bytes";
     pub const LIST_OFF_DRAINED_BLOCKS: &str = "list_off_drained_blocks";
     pub const LIST_OFF_DRAINED_BYTES: &str = "list_off_drained_bytes";
+    /// The free history (`history=N`): the address of an array of `history_nrings` pointers
+    /// to rings (null where none was mapped); in a ring, the offsets of the count of events ever
+    /// written, of the capacity, and of the first event; an event's size and its fields'
+    /// offsets. Slot `k % capacity` holds event `k`, believed when its `seq` is `k + 1`.
+    pub const HISTORY_RINGS: &str = "history_rings";
+    pub const HISTORY_NRINGS: &str = "history_nrings";
+    pub const RING_OFF_COUNT: &str = "ring_off_count";
+    pub const RING_OFF_CAPACITY: &str = "ring_off_capacity";
+    pub const RING_OFF_EVENTS: &str = "ring_off_events";
+    pub const EVENT_SIZE: &str = "event_size";
+    pub const EVENT_OFF_SEQ: &str = "event_off_seq";
+    pub const EVENT_OFF_ADDR: &str = "event_off_addr";
+    pub const EVENT_OFF_SIZE: &str = "event_off_size";
+    pub const EVENT_OFF_TIME: &str = "event_off_time";
+    pub const EVENT_OFF_TID: &str = "event_off_tid";
+    pub const EVENT_OFF_ALLOC_TID: &str = "event_off_alloc_tid";
+    pub const EVENT_OFF_KIND: &str = "event_off_kind";
+    pub const EVENT_OFF_ALLOC_FRAMES: &str = "event_off_alloc_frames";
+    pub const EVENT_OFF_FREE_FRAMES: &str = "event_off_free_frames";
+    /// An event's kinds.
+    pub const EVENT_KIND_FREE: &str = "event_kind_free";
+    pub const EVENT_KIND_ALLOC: &str = "event_kind_alloc";
 }
 
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
