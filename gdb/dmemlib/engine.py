@@ -17,13 +17,13 @@ from .errors import DmemError, UsageError
 
 # The subcommands, and the aliases the original libdmem script had.
 COMMANDS = ("summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why",
-            "types", "words")
+            "types", "words", "history")
 ALIASES = {"show_alloc_stacks": ("stacks",), "walk_alloc_bufs": ("walk",),
            "walk_alloc_entries": ("walk", "--headers")}
 
 # Options that take a value, so that their value is not taken for a file name or an address.
 VALUE_OPTIONS = ("--min-size", "--thread", "--match", "--limit", "--show", "--vtable", "--offset",
-                 "--type")
+                 "--type", "--addr")
 
 # Registers the engine reads of each thread (x86-64 user_regs_struct, as gdb names them).
 REGISTERS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",

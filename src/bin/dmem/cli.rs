@@ -53,6 +53,7 @@ pub enum Command {
     Why(AddrArgs),
     Types(TypesArgs),
     Words(WordsArgs),
+    History(HistoryArgs),
     Report(ReportArgs),
     Flamegraph(FlamegraphArgs),
     Top(TopArgs),
@@ -78,6 +79,7 @@ impl Command {
             Command::Folded(_) => "folded",
             Command::Leaks(_) => "leaks",
             Command::Why(_) => "why",
+            Command::History(_) => "history",
             Command::Types(_) => "types",
             Command::Words(_) => "words",
             Command::Report(_) => "report",
@@ -213,6 +215,27 @@ pub struct AddrArgs {
     /// length64, newarray, multipleinheritance, or all (the default, as valgrind's) or none
     #[arg(long, value_name = "LIST", value_parser = parse_heuristics)]
     pub heuristics: Option<u8>,
+    /// Print one JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The free history a process kept (DMEM_OPTS=history=N), newest first
+///
+/// Each free with its block's address and size, the thread that freed it and when (before the
+/// newest event recorded), the stack of the free, and the thread and stack that allocated the
+/// block; allocations too where the process ran with history-allocs.
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Only events of a block that held address A (a number, 0x-prefixed for hex)
+    #[arg(long, value_name = "A", value_parser = parse_number)]
+    pub addr: Option<u64>,
+    /// Show at most N events (default 20; 0 shows all)
+    #[arg(long, value_name = "N", value_parser = parse_number)]
+    pub limit: Option<u64>,
     /// Print one JSON document instead of text
     #[arg(long)]
     pub json: bool,
@@ -616,7 +639,7 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 /// The subcommands, for messages.
-const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, report, flamegraph, top, snapshot, diff, serve, record, demo, install and completions";
+const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, history, report, flamegraph, top, snapshot, diff, serve, record, demo, install and completions";
 
 /// Parses the command line. On a mistake, or when help or the version was asked for, gives what
 /// to print, where, and the exit status instead.

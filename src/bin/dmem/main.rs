@@ -119,6 +119,7 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Why(a) => print(commands::leaks::why(a)),
         Types(a) => print(commands::leaks::types(a)),
         Words(a) => print(commands::leaks::words(a)),
+        History(a) => print(commands::history::history(a)),
         Report(a) => {
             let words = commands::report::rewrite(&a.words)?;
             match cli::parse(words) {

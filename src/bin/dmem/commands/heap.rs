@@ -2,6 +2,7 @@
 //! text or JSON (the shapes the gdb commands print).
 
 use crate::cli::{self, Filters};
+use crate::commands::history;
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
 use crate::model::heap::{self, StackGroup, Within};
@@ -331,6 +332,23 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
     let (words, addr) = addr_words(&args)?;
     let mut ins = Inspect::open_words(&words, args.registers.as_deref(), args.heuristics, Need::Snapshot)?;
     let found = ins.heap.find(addr);
+    // A block that held the address and was freed, when the process kept a free history.
+    let history = history::read(&ins).ok();
+    let freed = history.as_ref().and_then(|h| history::freed_block(h, addr));
+    let freed_json = freed.map(|(e, newest)| history::event_json(&mut ins, e, newest));
+    let freed_lines = |ins: &mut Inspect, intro: &str| -> Vec<String> {
+        let Some((e, newest)) = freed else {
+            return Vec::new();
+        };
+        let mut out = vec![format!(
+            "{intro}{} bytes into the freed {}-byte block {}",
+            addr - e.addr,
+            e.size,
+            hex(e.addr)
+        )];
+        out.extend(history::event_lines(ins, e, newest, ""));
+        out
+    };
     let Some((i, within)) = found else {
         let l = &ins.image.layout;
         let in_arena = (l.arena_start..l.arena_end).contains(&addr);
@@ -342,6 +360,7 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 addr: String,
                 block: Option<()>,
                 bootstrap_arena: bool,
+                freed: Option<history::EventJson>,
             }
             return Ok(dump(&Doc {
                 format: JSON_FORMAT,
@@ -349,6 +368,7 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 addr: hex(addr),
                 block: None,
                 bootstrap_arena: in_arena,
+                freed: freed_json,
             }));
         }
         if in_arena {
@@ -358,6 +378,10 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 hex(l.arena_start),
                 hex(l.arena_end)
             ));
+        }
+        if freed.is_some() {
+            let intro = format!("{}: not inside any live block; ", hex(addr));
+            return Ok(lines(freed_lines(&mut ins, &intro)));
         }
         return Ok(format!("{}: not inside any live block\n", hex(addr)));
     };
@@ -377,6 +401,7 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
             command: &'static str,
             addr: String,
             block: Found,
+            freed: Option<history::EventJson>,
         }
         let block = block_json(&mut ins, &b);
         return Ok(dump(&Doc {
@@ -388,6 +413,7 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 offset: addr as i64 - b.addr as i64,
                 in_header: within == Within::Header,
             },
+            freed: freed_json,
         }));
     }
     let head = match within {
@@ -410,6 +436,7 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
     };
     let mut out = vec![head, format!("allocated by thread {} at:", b.tid)];
     out.extend(stack_lines(&mut ins, b.stack, "    "));
+    out.extend(freed_lines(&mut ins, "before that it was "));
     Ok(lines(out))
 }
 

@@ -5,6 +5,7 @@ pub mod demo;
 pub mod diff;
 pub mod flamegraph;
 pub mod heap;
+pub mod history;
 pub mod inspect;
 pub mod install;
 pub mod leaks;

@@ -8,8 +8,9 @@ use crate::{usage, Result};
 use std::ffi::OsString;
 
 /// The analysis subcommands `report` passes its words to.
-pub const ANALYSES: [&str; 11] = [
+pub const ANALYSES: [&str; 12] = [
     "summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why", "types", "words",
+    "history",
 ];
 
 /// The command line `dmem SUBCOMMAND IMAGE ARGS...` that `dmem report IMAGE SUBCOMMAND ARGS...`

@@ -17,6 +17,7 @@
 //! `Memory`: a running process (`LiveMemory`), or a core file's segments, which never change, so
 //! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
+use super::history::HistoryLayout;
 use crate::analysis::descriptor::{self, field, Fields};
 use crate::source::elf::{self, ElfObject};
 use crate::source::mappings::Mappings;
@@ -70,6 +71,8 @@ pub struct Layout {
     /// and bytes, whose differences the live counters still include.
     pub magic_handed: Option<u32>,
     pub list_off_hand: Option<[u64; 4]>,
+    /// The free history's rings and events, in a library that has them.
+    pub history: Option<HistoryLayout>,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -155,6 +158,7 @@ impl Layout {
             } else {
                 None
             },
+            history: HistoryLayout::read(&f).map_err(LayoutError::Invalid)?,
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
@@ -1244,6 +1248,7 @@ pub mod tests {
                     version: 0,
                     magic_handed: None,
                     list_off_hand: None,
+                    history: None,
                     ..now
                 }
             )

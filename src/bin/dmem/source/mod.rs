@@ -9,6 +9,8 @@ pub mod elf;
 #[forbid(unsafe_code)]
 pub mod heapwalk;
 #[forbid(unsafe_code)]
+pub mod history;
+#[forbid(unsafe_code)]
 pub mod image;
 #[forbid(unsafe_code)]
 pub mod live;

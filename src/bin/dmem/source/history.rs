@@ -1,0 +1,191 @@
+//! The free history (`DMEM_OPTS=history=N`) read out of a core or a running process: every
+//! ring the library mapped, each event believed only when its sequence number says it is whole
+//! and where it was found (read before and after the rest, for a process that keeps writing).
+
+use super::heapwalk::Layout;
+use super::memory::{Memory, ReadError};
+use crate::analysis::descriptor::{field, Fields};
+
+/// Where the history is and how its events are laid out, from the descriptor.
+#[derive(Clone, Debug)]
+pub struct HistoryLayout {
+    rings: u64,
+    nrings: u64,
+    ring_off_count: u64,
+    ring_off_capacity: u64,
+    ring_off_events: u64,
+    event_size: u64,
+    off_seq: u64,
+    off_addr: u64,
+    off_size: u64,
+    off_time: u64,
+    off_tid: u64,
+    off_alloc_tid: u64,
+    off_kind: u64,
+    off_alloc_frames: u64,
+    off_free_frames: u64,
+    kind_free: u64,
+    kind_alloc: u64,
+}
+
+impl HistoryLayout {
+    /// The history's fields, or None for a library that predates them; an error names a field
+    /// that is missing from a descriptor that has the others.
+    pub fn read(f: &Fields) -> Result<Option<HistoryLayout>, String> {
+        if f.get(field::HISTORY_RINGS).is_none() {
+            return Ok(None);
+        }
+        let w = |name: &str| f.need(name);
+        let h = HistoryLayout {
+            rings: w(field::HISTORY_RINGS)?,
+            nrings: w(field::HISTORY_NRINGS)?,
+            ring_off_count: w(field::RING_OFF_COUNT)?,
+            ring_off_capacity: w(field::RING_OFF_CAPACITY)?,
+            ring_off_events: w(field::RING_OFF_EVENTS)?,
+            event_size: w(field::EVENT_SIZE)?,
+            off_seq: w(field::EVENT_OFF_SEQ)?,
+            off_addr: w(field::EVENT_OFF_ADDR)?,
+            off_size: w(field::EVENT_OFF_SIZE)?,
+            off_time: w(field::EVENT_OFF_TIME)?,
+            off_tid: w(field::EVENT_OFF_TID)?,
+            off_alloc_tid: w(field::EVENT_OFF_ALLOC_TID)?,
+            off_kind: w(field::EVENT_OFF_KIND)?,
+            off_alloc_frames: w(field::EVENT_OFF_ALLOC_FRAMES)?,
+            off_free_frames: w(field::EVENT_OFF_FREE_FRAMES)?,
+            kind_free: w(field::EVENT_KIND_FREE)?,
+            kind_alloc: w(field::EVENT_KIND_ALLOC)?,
+        };
+        if h.nrings > 4096 || !(16..=1 << 16).contains(&h.event_size) {
+            return Err(format!(
+                "a history of {} rings of {}-byte events",
+                h.nrings, h.event_size
+            ));
+        }
+        Ok(Some(h))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Free,
+    Alloc,
+}
+
+/// One event of the history.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: Kind,
+    /// The address the program was given and the size it asked for.
+    pub addr: u64,
+    pub size: u64,
+    /// CLOCK_MONOTONIC, in nanoseconds.
+    pub time_ns: u64,
+    /// The thread that freed (or allocated), and the one that allocated.
+    pub tid: u32,
+    pub alloc_tid: u32,
+    /// Innermost first, without trailing zeros.
+    pub alloc_stack: Vec<u64>,
+    pub free_stack: Vec<u64>,
+}
+
+impl Event {
+    /// Whether `addr` lies in the block (a zero-sized block still owns its first byte).
+    pub fn holds(&self, addr: u64) -> bool {
+        (self.addr..self.addr + self.size.max(1)).contains(&addr)
+    }
+}
+
+/// What the history of an image holds.
+pub struct History {
+    /// Newest first.
+    pub events: Vec<Event>,
+    /// Rings mapped, their capacity (events each), and events ever recorded in them.
+    pub rings: usize,
+    pub capacity: u64,
+    pub recorded: u64,
+}
+
+/// Why there is no history to read.
+#[derive(Debug)]
+pub enum Absent {
+    /// The library predates the history.
+    Unsupported,
+    /// No ring was ever mapped: the process ran without `history=N` (or never freed).
+    Off,
+    Read(ReadError),
+}
+
+/// Reads every ring of the history.
+pub fn read(mem: &dyn Memory, layout: &Layout) -> Result<History, Absent> {
+    let Some(h) = &layout.history else {
+        return Err(Absent::Unsupported);
+    };
+    let mut ptrs = vec![0u8; (h.nrings * 8) as usize];
+    mem.read_fresh(h.rings, &mut ptrs).map_err(Absent::Read)?;
+    let nframes = layout.nframes as usize;
+    let mut out = History {
+        events: Vec::new(),
+        rings: 0,
+        capacity: 0,
+        recorded: 0,
+    };
+    let mut ev = vec![0u8; h.event_size as usize];
+    for p in ptrs.chunks_exact(8) {
+        let ring = u64::from_le_bytes(p.try_into().unwrap());
+        if ring == 0 {
+            continue;
+        }
+        let count = mem.u64_fresh(ring + h.ring_off_count).map_err(Absent::Read)?;
+        let cap = mem.u64_at(ring + h.ring_off_capacity).map_err(Absent::Read)?;
+        if cap == 0 || cap > 1 << 24 {
+            continue;
+        }
+        out.rings += 1;
+        out.capacity = out.capacity.max(cap);
+        out.recorded += count;
+        let mut raw = vec![0u8; (cap * h.event_size) as usize];
+        mem.read_fresh(ring + h.ring_off_events, &mut raw)
+            .map_err(Absent::Read)?;
+        // Slots a running process wrote over while they were copied are not believed: those
+        // the events claimed since the count was first read can have reached.
+        let after = mem.u64_fresh(ring + h.ring_off_count).map_err(Absent::Read)?;
+        for k in after.saturating_sub(cap).max(count.saturating_sub(cap))..count {
+            let at = ((k % cap) * h.event_size) as usize;
+            ev.copy_from_slice(&raw[at..at + h.event_size as usize]);
+            let u64_at =
+                |off: u64| u64::from_le_bytes(ev[off as usize..off as usize + 8].try_into().unwrap());
+            let u32_at =
+                |off: u64| u32::from_le_bytes(ev[off as usize..off as usize + 4].try_into().unwrap());
+            if u64_at(h.off_seq) != k + 1 {
+                continue;
+            }
+            let kind = match u32_at(h.off_kind) as u64 {
+                k if k == h.kind_free => Kind::Free,
+                k if k == h.kind_alloc => Kind::Alloc,
+                _ => continue,
+            };
+            let stack = |off: u64| {
+                let mut s: Vec<u64> = (0..nframes as u64).map(|i| u64_at(off + 8 * i)).collect();
+                while s.last() == Some(&0) {
+                    s.pop();
+                }
+                s
+            };
+            out.events.push(Event {
+                kind,
+                addr: u64_at(h.off_addr),
+                size: u64_at(h.off_size),
+                time_ns: u64_at(h.off_time),
+                tid: u32_at(h.off_tid),
+                alloc_tid: u32_at(h.off_alloc_tid),
+                alloc_stack: stack(h.off_alloc_frames),
+                free_stack: stack(h.off_free_frames),
+            });
+        }
+    }
+    if out.rings == 0 {
+        return Err(Absent::Off);
+    }
+    out.events.sort_by_key(|e| std::cmp::Reverse(e.time_ns));
+    Ok(out)
+}
