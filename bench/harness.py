@@ -12,6 +12,8 @@ Tools, each run only when installed:
   dmem             libdmem.so preloaded, recording stacks with the cached CFI unwinder (default)
   dmem-nostacks    the same with DMEM_OPTS=no-log-allocs: headers but no stacks and no lists, which
                    tells the unwinder's share of the cost from the rest
+  dmem-history     the same with DMEM_OPTS=history=4096: the free history on, each free also
+                   walking its stack and writing a 200-byte event
   dmem-backtrace   the same with DMEM_OPTS=unwinder=backtrace (_Unwind_Backtrace per allocation)
   header-floor     c-fixtures/libheader_floor.c: only the 112 bytes of room in front of every
                    block, nothing written or recorded; what the layout alone costs
@@ -95,13 +97,16 @@ def tools(args, scratch):
             return argv, env
         return wrap
 
+    # A relative path would be looked for from each workload's own directory.
+    lib = os.path.abspath(args.lib)
     out = [("bare", args.runs, plain)]
-    out.append(("dmem", args.runs, preload(args.lib, DMEM_OPTS="unwinder=fast")))
-    out.append(("dmem-nostacks", args.runs, preload(args.lib, DMEM_OPTS="no-log-allocs")))
+    out.append(("dmem", args.runs, preload(lib, DMEM_OPTS="unwinder=fast")))
+    out.append(("dmem-nostacks", args.runs, preload(lib, DMEM_OPTS="no-log-allocs")))
+    out.append(("dmem-history", args.runs, preload(lib, DMEM_OPTS="unwinder=fast,history=4096")))
     if args.floor:
         out.append(("header-floor", args.runs, preload(args.floor)))
     if not args.quick:
-        out.append(("dmem-backtrace", 1, preload(args.lib, DMEM_OPTS="unwinder=backtrace")))
+        out.append(("dmem-backtrace", 1, preload(lib, DMEM_OPTS="unwinder=backtrace")))
     heaptrack = shutil.which("heaptrack")
     if heaptrack:
         def wrap_heaptrack(argv, env):
