@@ -109,7 +109,9 @@ fn map_ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     }
 }
 
-fn now_ns() -> u64 {
+/// CLOCK_MONOTONIC in nanoseconds (the vDSO's, no system call): the events' clock, and the
+/// one every deadline of the library is measured on.
+pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -21,6 +21,7 @@
 //! per list lets a reader outside the process read one whole without stopping anything.
 
 use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE};
+use crate::history::now_ns;
 use crate::spinlock::RawMutex;
 use crate::thread;
 use core::cell::UnsafeCell;
@@ -415,7 +416,7 @@ fn barrier() {
 }
 
 /// Waits for a list's owner to leave the change it is in; false if `deadline` (a
-/// `stopworld::now_ns` time) passed first.
+/// `history::now_ns` time) passed first.
 fn wait_idle(l: &List, deadline: Option<u64>) -> bool {
     let mut spins = 0u32;
     while l.busy.load(Ordering::Acquire) != 0 {
@@ -433,16 +434,6 @@ fn wait_idle(l: &List, deadline: Option<u64>) -> bool {
         }
     }
     true
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The calling thread's home list, chosen at its first call, and whether the thread owns it.

@@ -11,6 +11,7 @@ mod gdbrun;
 use common::{dmem, fixture, lib_path, make_core, output, preloaded, scratch_dir, text};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Output, Stdio};
 
 /// The victim's address from the fixture's first line, `victim 0x...`.
@@ -25,6 +26,16 @@ fn victim(stdout: &str) -> u64 {
 fn json(out: &Output) -> Value {
     assert!(out.status.success(), "{:?}: {}", out.status, text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+/// Every event of a core's history, as `dmem history --json` gives them.
+fn all_events(prog: &Path, core: &Path) -> Value {
+    json(&output(
+        dmem()
+            .args(["history", "--json", "--limit", "0"])
+            .arg(prog)
+            .arg(core),
+    ))
 }
 
 /// The function names of a JSON stack.
@@ -94,12 +105,7 @@ fn a_core_answers_who_freed_it_from_the_launcher_and_from_gdb() {
         &lib_path(),
     );
     // The victim is the one 333-byte block freed.
-    let h = json(&output(
-        dmem()
-            .args(["history", "--json", "--limit", "0"])
-            .arg(&prog)
-            .arg(&core),
-    ));
+    let h = all_events(&prog, &core);
     let events = h["events"].as_array().unwrap();
     let first = events
         .iter()
@@ -181,12 +187,7 @@ fn a_ring_that_wrapped_keeps_the_newest_and_forgets_the_first_free() {
         "history=16,abort-shutdown",
         &lib_path(),
     );
-    let h = json(&output(
-        dmem()
-            .args(["history", "--json", "--limit", "0"])
-            .arg(&prog)
-            .arg(&core),
-    ));
+    let h = all_events(&prog, &core);
     let (kept, recorded) = (h["kept"].as_u64().unwrap(), h["recorded"].as_u64().unwrap());
     assert_eq!(h["capacity"], 16, "{h}");
     assert!(

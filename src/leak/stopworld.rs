@@ -333,13 +333,7 @@ fn futex(word: &AtomicU32, op: c_int, val: u32, timeout_ns: Option<i64>) {
 }
 
 pub fn now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes only the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    crate::history::now_ns() as i64
 }
 
 /// Sends `sig` to thread `tid` of this process; false when the thread no longer exists.
