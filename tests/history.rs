@@ -225,3 +225,55 @@ fn without_a_history_the_commands_say_how_to_get_one() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn top_shows_the_temporary_allocations_of_each_interval() {
+    let mut child = preloaded(fixture("top_storm"), "history=65536,history-allocs", None)
+        .args(["20", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    r.read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id().to_string();
+    let out = output(dmem().args([
+        "top",
+        &pid,
+        "--count",
+        "2",
+        "--interval",
+        "1",
+        "--limit",
+        "3",
+        "--json",
+    ]));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let samples: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(samples.len(), 2);
+    // The first sample only marks where the interval starts.
+    assert!(samples[0].get("temporary").is_none());
+    let temps = samples[1]["temporary"]
+        .as_array()
+        .expect("temporary allocations in the second sample");
+    let storm = temps
+        .iter()
+        .find(|t| functions(&t["frames"]).iter().any(|f| f.contains("storm_alloc")))
+        .unwrap_or_else(|| panic!("no stack of storm_alloc among {} stacks", temps.len()));
+    let (allocs, freed) = (
+        storm["allocs"].as_u64().unwrap(),
+        storm["freed_in_interval"].as_u64().unwrap(),
+    );
+    assert!(
+        allocs > 0 && freed <= allocs,
+        "{allocs} allocations, {freed} freed"
+    );
+    // Blocks of the storm live for a fraction of a second: many die within the interval.
+    assert!(freed > 0, "none of {allocs} freed within the interval");
+}

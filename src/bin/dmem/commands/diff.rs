@@ -228,6 +228,7 @@ pub fn command(
             inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
             unchanged_stacks: Some(d.unchanged),
             objects: Vec::new(),
+            temporary: Vec::new(),
             stacks: shown
                 .iter()
                 .map(|c| SampleStack {

@@ -9,10 +9,11 @@ use crate::cli::TopArgs;
 use crate::model::frames;
 use crate::model::growth::{self, Class};
 use crate::model::heap;
-use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack};
+use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack, TemporaryStack};
 use crate::model::symbolize::{Frame, Symbolizer};
 use crate::model::text::{bytes_text, clock, signed, thousands};
 use crate::source::heapwalk::{self, WalkOptions};
+use crate::source::history::{self, Kind};
 use crate::source::live::{self, LiveProcess};
 use crate::source::mappings::Mappings;
 use crate::sys::{self, INTERRUPTED};
@@ -35,6 +36,64 @@ struct Watch {
     times: Vec<f64>,
     stacks: HashMap<Box<[u64]>, History>,
     sym: Symbolizer,
+    /// The time of the newest history event at the last sample (the target's clock), and the
+    /// events recorded by then.
+    events_seen: Option<(u64, u64)>,
+}
+
+/// Allocations between two samples, from the history (`history-allocs`): heaptrack's
+/// "temporary allocations", blocks allocated and freed again within the interval.
+struct Temporary {
+    seconds: f64,
+    /// Events of the interval the rings still held, and all the process recorded in it: fewer
+    /// kept than recorded makes every count a lower bound.
+    kept: usize,
+    recorded: u64,
+    /// Per allocation stack: allocations, and how many of those blocks were freed again in the
+    /// interval; most allocations first.
+    stacks: Vec<(Vec<u64>, u64, u64)>,
+}
+
+/// What the history says of the interval since the last sample; None at the first sample (it
+/// only sets the start), and for a process whose history holds no allocations.
+fn temporary(target: &LiveProcess, since: &mut Option<(u64, u64)>, limit: usize) -> Option<Temporary> {
+    target.layout.history.as_ref()?;
+    let h = history::read(&target.mem, &target.layout).ok()?;
+    let newest = h.events.first()?.time_ns;
+    let (start, recorded_before) = since.replace((newest, h.recorded))?;
+    let mut window: Vec<_> = h.events.iter().filter(|e| e.time_ns > start).collect();
+    if !window.iter().any(|e| e.kind == Kind::Alloc) {
+        return None;
+    }
+    window.sort_by_key(|e| e.time_ns);
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut stacks: Vec<(Vec<u64>, u64, u64)> = Vec::new();
+    let mut index: HashMap<&[u64], usize> = HashMap::new();
+    for e in &window {
+        match e.kind {
+            Kind::Alloc => {
+                let i = *index.entry(&e.alloc_stack).or_insert_with(|| {
+                    stacks.push((e.alloc_stack.clone(), 0, 0));
+                    stacks.len() - 1
+                });
+                stacks[i].1 += 1;
+                live.insert(e.addr, i);
+            }
+            Kind::Free => {
+                if let Some(i) = live.remove(&e.addr) {
+                    stacks[i].2 += 1;
+                }
+            }
+        }
+    }
+    stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    stacks.truncate(limit);
+    Some(Temporary {
+        seconds: (newest - start) as f64 / 1e9,
+        kept: window.len(),
+        recorded: h.recorded.saturating_sub(recorded_before),
+        stacks,
+    })
 }
 
 /// What one stack looks like in a sample.
@@ -54,6 +113,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
         times: Vec::new(),
         stacks: HashMap::new(),
         sym: Symbolizer::new(target.maps.clone()),
+        events_seen: None,
     };
     let interval = Duration::from_secs_f64(args.interval);
     let started = Instant::now();
@@ -102,6 +162,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
             watch.sym.set_mappings(maps);
         }
         let rows = watch.rows(args.limit, |h| *h.bytes.last().unwrap_or(&0));
+        let temps = temporary(&target, &mut watch.events_seen, args.limit);
         let live_blocks = walk.blocks.len() as u64;
         let live_bytes = walk.live_bytes();
         let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
@@ -120,6 +181,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
                 unchanged_stacks: None,
                 objects: Vec::new(),
                 stacks: rows.iter().map(|r| watch.json_stack(r)).collect(),
+                temporary: temps.iter().flat_map(|t| watch.json_temporary(t)).collect(),
             };
             snapjson::print(&s, &mut o)
         } else {
@@ -136,7 +198,12 @@ pub fn main(args: TopArgs) -> Result<i32> {
                     n => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
                 }
             );
-            writeln!(o, "{header}").and_then(|_| watch.print_rows(&mut o, &rows))
+            writeln!(o, "{header}")
+                .and_then(|_| watch.print_rows(&mut o, &rows))
+                .and_then(|_| match &temps {
+                    Some(t) => watch.print_temporary(&mut o, t),
+                    None => Ok(()),
+                })
         };
         if written.and_then(|_| o.flush()).is_err() {
             // The reader of our output went away (`| head`).
@@ -206,9 +273,8 @@ impl Watch {
             .collect()
     }
 
-    fn json_stack(&mut self, r: &Row) -> SampleStack {
-        let frames = self
-            .frames(&r.pcs)
+    fn json_frames(&mut self, pcs: &[u64]) -> Vec<JsonFrame> {
+        self.frames(pcs)
             .into_iter()
             .map(|f| JsonFrame {
                 pc: format!("{:#x}", f.pc),
@@ -218,7 +284,59 @@ impl Watch {
                 object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
                 inlined: f.inlined,
             })
-            .collect();
+            .collect()
+    }
+
+    fn json_temporary(&mut self, t: &Temporary) -> Vec<TemporaryStack> {
+        t.stacks
+            .iter()
+            .map(|(pcs, allocs, freed)| TemporaryStack {
+                allocs: *allocs,
+                allocs_per_s: (*allocs as f64 / t.seconds.max(1e-9) * 10.0).round() / 10.0,
+                freed_in_interval: *freed,
+                frames: self.json_frames(pcs),
+            })
+            .collect()
+    }
+
+    fn print_temporary(&mut self, o: &mut impl Write, t: &Temporary) -> std::io::Result<()> {
+        writeln!(
+            o,
+            "allocations in the last {:.1} s, from the history (history-allocs){}:",
+            t.seconds,
+            if (t.kept as u64) < t.recorded {
+                format!(
+                    "; the rings kept {} of the {} events, so these are lower bounds",
+                    thousands(t.kept as u64),
+                    thousands(t.recorded)
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        writeln!(
+            o,
+            "{:>14} {:>14} {:>22}",
+            "allocs", "per second", "freed within it"
+        )?;
+        for (pcs, allocs, freed) in &t.stacks {
+            writeln!(
+                o,
+                "{:>14} {:>14} {:>14} ({:>3}%)",
+                thousands(*allocs),
+                thousands((*allocs as f64 / t.seconds.max(1e-9)).round() as u64),
+                thousands(*freed),
+                freed * 100 / (*allocs).max(1)
+            )?;
+            for f in self.frames(pcs) {
+                writeln!(o, "        {}", frames::text(&f))?;
+            }
+        }
+        writeln!(o)
+    }
+
+    fn json_stack(&mut self, r: &Row) -> SampleStack {
+        let frames = self.json_frames(&r.pcs);
         SampleStack {
             delta_bytes: Some(r.delta_bytes),
             rate_bytes_per_min: Some(r.rate_per_min),

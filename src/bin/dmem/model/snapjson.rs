@@ -33,6 +33,20 @@ pub struct Sample {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<JsonObject>,
     pub stacks: Vec<SampleStack>,
+    /// `top` of a process with `history-allocs`: the stacks that allocated most since the
+    /// sample before, and how many of those blocks were freed again within that interval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub temporary: Vec<TemporaryStack>,
+}
+
+/// One stack's allocations between two samples, from the history.
+#[derive(Serialize, Deserialize)]
+pub struct TemporaryStack {
+    pub allocs: u64,
+    pub allocs_per_s: f64,
+    /// Of those, freed again before the interval ended.
+    pub freed_in_interval: u64,
+    pub frames: Vec<JsonFrame>,
 }
 
 /// One stack of a sample, with its frames as `frames` lists them.
@@ -158,6 +172,7 @@ pub fn write(snap: &Snapshot, mut out: impl std::io::Write) -> std::io::Result<(
                 file_offset: hex(o.file_offset),
             })
             .collect(),
+        temporary: Vec::new(),
         stacks: snap
             .stacks
             .iter()
