@@ -404,13 +404,14 @@ fn register_membarrier() -> u8 {
 /// the mode will see it, and every owner that had is marked busy.
 fn barrier() {
     if BARRIER.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
-        // SAFETY: as in `register_membarrier`. The process registered, so this cannot fail
-        // with EPERM; on any failure the fence below is all there is, which only an owner
-        // that also fences (never, once registered) could rely on, so fall back for good.
+        // SAFETY: as in `register_membarrier`.
         let r = unsafe { libc::syscall(libc::SYS_membarrier, libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
         if r == 0 {
             return;
         }
+        // The process registered, so this does not fail; should it anyway, owners fence from
+        // their next change on, as where membarrier was refused from the start.
+        BARRIER.store(BARRIER_FENCE, Ordering::SeqCst);
     }
     fence(Ordering::SeqCst);
 }
