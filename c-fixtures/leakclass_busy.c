@@ -15,6 +15,9 @@
 #define NSLOTS 64
 
 static int started;
+/* Rounds each worker has made, so main returns only once every slot array is mostly full,
+ * however the threads were scheduled. */
+static unsigned long rounds[NWORKERS];
 
 static void *churn(void *arg)
 {
@@ -26,6 +29,7 @@ static void *churn(void *arg)
         unsigned i = (r >> 8) % NSLOTS;
         free(keep[i]);
         keep[i] = must_malloc((r >> 16) % 4000 + 1);
+        __atomic_add_fetch(&rounds[(uintptr_t)arg - 1], 1, __ATOMIC_RELAXED);
     }
     return NULL;
 }
@@ -39,6 +43,9 @@ int main(void)
     }
     while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < NWORKERS)
         usleep(1000);
+    for (int i = 0; i < NWORKERS; i++)
+        while (__atomic_load_n(&rounds[i], __ATOMIC_RELAXED) < 1000)
+            usleep(1000);
     usleep(20000);
     return 0;
 }

@@ -103,6 +103,9 @@ pub fn report(status: i32, way: Way, entry: &Entry) -> i32 {
     status
 }
 
+/// How long abort-shutdown waits for the lists before it aborts anyway.
+const LISTS_WAIT_NS: u64 = 1_000_000_000;
+
 /// The end of a normal way out: the report, then abort-shutdown's abort or the exit. `entry` is
 /// taken by the caller in the frame where the program left (see `report`).
 pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
@@ -116,6 +119,10 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
     }
     let code = report(status, way, entry);
     if options::get().abort_shutdown {
+        // No other thread may be half-way through a change of a list when the core is written:
+        // take them all, waiting a little for an owner inside a change (one that never leaves
+        // it, a thread stopped by a debugger, must not keep the core from being written).
+        crate::lists::try_lock_all_within(LISTS_WAIT_NS);
         scrub_stack();
         // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
         // never freed.

@@ -308,8 +308,8 @@ fn drain_slow(l: &List) -> Drained {
         }
         n += 1;
     }
-    changed(l);
-    // Single writer: plain read and write of the monotonic counters.
+    // Single writer: plain read and write of the monotonic counters, inside the bracket, so a
+    // reader never sees the list and these counters disagree under an even sequence value.
     l.hand.drained_blocks.store(
         l.hand.drained_blocks.load(Ordering::Relaxed) + n,
         Ordering::Relaxed,
@@ -318,6 +318,7 @@ fn drain_slow(l: &List) -> Drained {
         l.hand.drained_bytes.load(Ordering::Relaxed) + bytes,
         Ordering::Relaxed,
     );
+    changed(l);
     Drained(first)
 }
 

@@ -307,12 +307,17 @@ impl Counters {
     /// The counters of one list from its bytes, `list_stride` of them, with the blocks handed
     /// over but not yet unlinked counted as freed.
     fn of_list(l: &Layout, raw: &[u8]) -> Counters {
-        let (handed, handed_bytes) = Counters::handed(l, raw);
+        Counters::of_walked_list(l, raw, Counters::handed(l, raw))
+    }
+
+    /// The counters of one list whose walk passed `handed` blocks (and bytes) handed over and
+    /// not yet unlinked: those count as freed.
+    fn of_walked_list(l: &Layout, raw: &[u8], handed: (u64, u64)) -> Counters {
         Counters {
-            live_blocks: word_at(raw, l.list_off_live_blocks).saturating_sub(handed),
-            live_bytes: word_at(raw, l.list_off_live_bytes).saturating_sub(handed_bytes),
+            live_blocks: word_at(raw, l.list_off_live_blocks).saturating_sub(handed.0),
+            live_bytes: word_at(raw, l.list_off_live_bytes).saturating_sub(handed.1),
             allocs: word_at(raw, l.list_off_allocs),
-            frees: word_at(raw, l.list_off_frees) + handed,
+            frees: word_at(raw, l.list_off_frees) + handed.0,
         }
     }
 
@@ -609,7 +614,6 @@ fn read_list(
     if let Err(e) = mem.read(base, &mut raw) {
         return unreadable(e);
     }
-    let counters = Counters::of_list(l, &raw);
     let walked = walk_headers(
         mem,
         l,
@@ -636,6 +640,10 @@ fn read_list(
             (None, None) => true,
             _ => false,
         };
+    // The handed blocks this walk passed over are the ones to count as freed: the hand-over
+    // counters may be a block ahead or behind of the list in memory caught mid-hand-over (a
+    // core of a process whose threads were running).
+    let counters = Counters::of_walked_list(l, &raw, walked.handed);
     Ok(ListOutcome {
         counters,
         whole: steady && walked.problem.is_none() && !walked.moved,
@@ -651,6 +659,8 @@ struct HeaderWalk {
     /// (a block was unlinked next to where it was). The walk goes on, since the header itself
     /// is sound, but the attempt does not count as whole.
     moved: bool,
+    /// Handed headers walked past (freed by another thread, still linked), and their bytes.
+    handed: (u64, u64),
 }
 
 /// Why a header is not believed.
@@ -731,6 +741,7 @@ fn walk_headers(
     let mut walk = HeaderWalk {
         problem: None,
         moved: false,
+        handed: (0, 0),
     };
     s.header.resize(hs as usize, 0);
     let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
@@ -816,6 +827,8 @@ fn walk_headers(
             break;
         }
         if f.handed {
+            walk.handed.0 += 1;
+            walk.handed.1 += f.size;
             prev = h;
             h = f.next;
             steps += 1;
