@@ -103,7 +103,7 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
         }
         // SAFETY: the header is fully written and on no list.
         give_back(unsafe { lists::link(hdr) });
-        if opts.history != 0 && opts.history_allocs {
+        if opts.history_allocs && history_on() {
             remember_alloc(h, hdr);
         }
     } else {
@@ -183,12 +183,24 @@ enum Claim {
     Bad,
 }
 
+/// Whether `user` can be a pointer we handed out: aligned as every one of ours, with room for a
+/// header in front.
+fn plausible(user: *mut u8) -> bool {
+    (user as usize).is_multiple_of(BASE_ALIGN) && (user as usize) >= HEADER_SIZE
+}
+
+/// Whether frees (and, with `history-allocs`, allocations) go into the free history.
+fn history_on() -> bool {
+    let opts = options::get();
+    opts.history != 0 && opts.record
+}
+
 /// Validates a pointer given to free or realloc and claims its header: when recording, also takes
 /// it off its list, or hands it to the list's owner when `hand_over`.
 #[inline(always)]
 fn claim(func: &str, user: *mut u8, hand_over: bool) -> Claim {
     let opts = options::get();
-    if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
+    if !plausible(user) {
         diag::bad_free(func, user, BadFree::Foreign, None, opts.ignore_bad_free);
         return Claim::Bad;
     }
@@ -288,7 +300,7 @@ fn remember_alloc(h: &Header, hdr: *mut Header) {
 #[cold]
 #[inline(never)]
 fn pending_free(user: *mut u8, from: Origin) -> Option<history::Pending> {
-    if !(user as usize).is_multiple_of(BASE_ALIGN) || (user as usize) < HEADER_SIZE {
+    if !plausible(user) {
         return None;
     }
     let hdr = header::from_user(user);
@@ -312,25 +324,17 @@ pub fn release(user: *mut u8, from: Origin) {
     }
     let Some(real) = bootstrap::real() else { return };
     let saved = Errno::save();
-    let opts = options::get();
-    let pending = if opts.history != 0 && opts.record {
+    let pending = if history_on() {
         pending_free(user, from)
     } else {
         None
     };
-    match claim("free", user, true) {
-        Claim::Mine(hdr) => {
-            if let Some(p) = &pending {
-                history::record(p, opts.history);
-            }
-            dispose(real, hdr);
-        }
-        Claim::Handed => {
-            if let Some(p) = &pending {
-                history::record(p, opts.history);
-            }
-        }
-        Claim::Elsewhere(_) | Claim::Bad => {}
+    let claimed = claim("free", user, true);
+    if let (Some(p), Claim::Mine(_) | Claim::Handed) = (&pending, &claimed) {
+        history::record(p, options::get().history);
+    }
+    if let Claim::Mine(hdr) = claimed {
+        dispose(real, hdr);
     }
     saved.restore();
     after_change();
@@ -427,7 +431,17 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         let keep = usable_of(real, hdr).min(size);
         // SAFETY: the old block holds `usable_size` bytes, the new one `size`; they are distinct.
         unsafe { core::ptr::copy_nonoverlapping(user, new, keep) };
-        remember_moved(hdr, user, new, from);
+        if history_on() {
+            // SAFETY: we own the claimed header; `new` is a live block of ours, whose header
+            // holds this realloc's stack.
+            let (old, frames) = unsafe {
+                (
+                    history::Pending::free_of(&*hdr, user),
+                    (*header::from_user(new)).frames,
+                )
+            };
+            remember_moved(old, &frames);
+        }
         dispose(real, hdr);
         saved.restore();
         return new;
@@ -443,7 +457,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         record(from, &mut frames);
     }
     // The old block's header as it was, for the history, should the block move.
-    let old = (options::get().history != 0).then(|| {
+    let old = history_on().then(|| {
         // SAFETY: we own the claimed header.
         history::Pending::free_of(unsafe { &*hdr }, user)
     });
@@ -456,26 +470,17 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     }
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
     let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames)) };
-    if let Some(mut p) = old {
-        if new != user {
-            // A block that moved was freed where it was, by this realloc.
-            p.free_frames = frames;
-            history::record(&p, options::get().history);
-        }
+    if let (Some(old), true) = (old, new != user) {
+        // A block that moved was freed where it was, by this realloc.
+        remember_moved(old, &frames);
     }
     saved.restore();
     after_change();
     new
 }
 
-/// A realloc that moved a block by hand: the old block's free, for the history.
-fn remember_moved(hdr: *mut Header, user: *mut u8, new: *mut u8, from: Origin) {
-    let opts = options::get();
-    if opts.history == 0 || new == user {
-        return;
-    }
-    // SAFETY: the caller owns the claimed header.
-    let mut p = history::Pending::free_of(unsafe { &*hdr }, user);
-    record(from, &mut p.free_frames);
-    history::record(&p, opts.history);
+/// A realloc that moved a block: the old block's free, for the history, at the realloc's stack.
+fn remember_moved(mut old: history::Pending, frames: &[usize; header::NFRAMES]) {
+    old.free_frames = *frames;
+    history::record(&old, options::get().history);
 }

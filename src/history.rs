@@ -48,9 +48,6 @@ pub struct Ring {
     /// Events ever claimed in this ring; slot `k % capacity` holds event `k`.
     pub count: AtomicU64,
     pub capacity: u64,
-    /// The owning list's index, for readers.
-    pub list: u64,
-    _pad: u64,
 }
 
 pub const RING_HEAD: usize = core::mem::size_of::<Ring>();
@@ -94,10 +91,7 @@ fn map_ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     }
     let r = p.cast::<Ring>();
     // SAFETY: a fresh zeroed mapping large enough for the head; ours alone until published.
-    unsafe {
-        (*r).capacity = capacity as u64;
-        (*r).list = i as u64;
-    }
+    unsafe { (*r).capacity = capacity as u64 };
     match RINGS[i].compare_exchange(core::ptr::null_mut(), r, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => Some(r),
         Err(theirs) => {

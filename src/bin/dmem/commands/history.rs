@@ -7,6 +7,7 @@ use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
 use crate::model::text::{dump, hex};
 use crate::source::history::{self, Absent, Event, History, Kind};
+use crate::source::memory::ReadError;
 use crate::{failed, Result};
 use serde::Serialize;
 
@@ -21,7 +22,13 @@ pub fn read(ins: &Inspect) -> Result<History> {
             "{} kept no free history: run it with DMEM_OPTS=history=N",
             ins.image.name
         )),
-        Absent::Read(e) => failed(format!("cannot read the history of {}: {e:?}", ins.image.name)),
+        Absent::Read(ReadError::Denied(e)) => {
+            failed(format!("cannot read the history of {}: {e}", ins.image.name))
+        }
+        Absent::Read(ReadError::Unmapped) => failed(format!(
+            "the history of {} lies in memory the image does not hold",
+            ins.image.name
+        )),
     })
 }
 
