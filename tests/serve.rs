@@ -1,8 +1,10 @@
 //! `dmem serve` and `dmem record` against real clients: Go's own `go tool pprof` reading the
 //! heap profile of a growing process straight from the HTTP endpoint, Prometheus scraping
-//! `/metrics` and answering a query for the process's live bytes, curl for the index, errors
-//! and concurrent requests; and `dmem record`'s periodic and peak profiles, read back with
-//! `dmem diff`.
+//! `/metrics` with a bearer token and answering a query for the process's live bytes, curl for
+//! the index, errors and concurrent requests; who may read what (a second local user, a token,
+//! listening beyond loopback); connections that are idle, slow or not HTTP/1; `/metrics` while
+//! profiles are read; counters no process could hold; and `dmem record`'s periodic and peak
+//! profiles, read back with `dmem diff`.
 
 mod common;
 #[path = "common/live.rs"]
@@ -12,47 +14,60 @@ use common::run::run_limited;
 use common::dmem;
 use live::{start, Target, LIMIT};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A running `dmem serve`, interrupted and reaped when dropped.
 struct Serve {
     child: Child,
-    /// `127.0.0.1:PORT`, as it said it listens.
+    /// `127.0.0.1:PORT`, as it said it listens (loopback for a server listening everywhere).
     addr: String,
     /// Everything it wrote to standard error after that line.
     log: Arc<Mutex<String>>,
 }
 
 impl Serve {
-    fn start(mut cmd: Command, pids: &[i32]) -> Serve {
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(pids.iter().map(i32::to_string))
+    fn start(cmd: Command, pids: &[i32]) -> Serve {
+        let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        args.extend(pids.iter().map(String::as_str));
+        Serve::with_args(cmd, &args)
+    }
+
+    /// `dmem serve ARGS`, waited for until it says where it listens.
+    fn with_args(mut cmd: Command, args: &[&str]) -> Serve {
+        cmd.arg("serve")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("start dmem serve");
-        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let child = cmd.spawn().expect("start dmem serve");
+        let mut serve = Serve {
+            child,
+            addr: String::new(),
+            log: Arc::new(Mutex::new(String::new())),
+        };
+        let mut err = BufReader::new(serve.child.stderr.take().unwrap());
         let mut first = String::new();
         err.read_line(&mut first).expect("dmem serve's first line");
         let addr = first
             .split("http://")
             .nth(1)
             .and_then(|s| s.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_owned();
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = log.clone();
+            .unwrap_or_else(|| panic!("no address in {first:?}"));
+        serve.addr = addr.replace("0.0.0.0:", "127.0.0.1:").replace("[::]:", "[::1]:");
+        let sink = serve.log.clone();
         std::thread::spawn(move || {
             for line in err.lines().map_while(|l| l.ok()) {
                 sink.lock().unwrap().push_str(&(line + "\n"));
             }
         });
-        Serve { child, addr, log }
+        serve
     }
 
     fn url(&self, path: &str) -> String {
@@ -61,6 +76,21 @@ impl Serve {
 
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Threads of the server now.
+    fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a Threads line")
+    }
+
+    /// A connection to it.
+    fn connect(&self) -> TcpStream {
+        TcpStream::connect(&self.addr).expect("connect to dmem serve")
     }
 }
 
@@ -79,25 +109,56 @@ impl Drop for Serve {
 
 /// GET with curl: the status and the body.
 fn get(url: &str) -> (u16, Vec<u8>) {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let body = dir.join(format!(
-        "serve-body-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
+    curl(Command::new("curl"), url, &[])
+}
+
+/// `curl ARGS URL` run by `cmd` (curl itself, or a program that execs it as another user), the
+/// body written to standard output and the status after it: the status and the body.
+fn curl(mut cmd: Command, url: &str, args: &[&str]) -> (u16, Vec<u8>) {
     let out = run_limited(
-        Command::new("curl")
-            .args(["-s", "-S", "--max-time", "60", "-o"])
-            .arg(&body)
-            .args(["-w", "%{http_code}", url]),
+        cmd.args(["-s", "-S", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}"])
+            .args(args)
+            .arg(url),
         LIMIT,
     );
     assert!(out.status.success(), "curl {url}: {}", common::text(&out.stderr));
-    let code = common::text(&out.stdout).trim().parse().expect("an HTTP status");
-    let data = std::fs::read(&body).unwrap_or_default();
-    let _ = std::fs::remove_file(&body);
-    (code, data)
+    let at = out
+        .stdout
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .expect("a status after the body");
+    let code = common::text(&out.stdout[at + 1..])
+        .trim()
+        .parse()
+        .expect("an HTTP status");
+    (code, out.stdout[..at].to_vec())
+}
+
+/// Bytes sent on a fresh connection, and everything that comes back until the server closes it
+/// (within `LIMIT`: a connection still open then fails the test).
+fn exchange(serve: &Serve, send: &[u8]) -> String {
+    let mut c = serve.connect();
+    c.write_all(send).unwrap();
+    until_closed(&mut c, "a connection that sent its bytes")
+}
+
+/// What a connection receives until the server closes it; it must within `LIMIT`.
+fn until_closed(c: &mut TcpStream, what: &str) -> String {
+    c.set_read_timeout(Some(LIMIT)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!(
+                "{what} was still open after {LIMIT:?} ({e}), having received {:?}",
+                common::text(&got)
+            ),
+        }
+    }
+    common::text(&got)
 }
 
 fn have(tools: &[&str]) -> bool {
@@ -147,8 +208,14 @@ fn prometheus_scrapes_live_bytes_from_dmem_serve() {
         return;
     }
     let target = growing();
-    let serve = Serve::start(dmem(), &[]);
+    // Prometheus sends the token of its credentials_file, as it would to a server beyond
+    // loopback.
     let dir = common::scratch_dir("serve-prometheus");
+    let token = token_file(&dir, "prometheus-scrapes-dmem");
+    let serve = Serve::with_args(
+        dmem(),
+        &["--listen", "127.0.0.1:0", "--token-file", token.to_str().unwrap()],
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -158,7 +225,8 @@ fn prometheus_scrapes_live_bytes_from_dmem_serve() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dmem\n    static_configs:\n      - targets: ['{}']\n",
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dmem\n    authorization:\n      credentials_file: {}\n    static_configs:\n      - targets: ['{}']\n",
+            token.display(),
             serve.addr
         ),
     )
@@ -201,6 +269,7 @@ fn prometheus_scrapes_live_bytes_from_dmem_serve() {
     assert_eq!(comm, "heap_phases");
     let bytes: f64 = value.parse().expect("a number");
     assert!(bytes >= 200_000.0, "at least the first step's blocks: {bytes}");
+    assert_eq!(serve.log(), "", "no scrape was refused");
 }
 
 #[test]
@@ -278,15 +347,8 @@ fn serve_lists_counts_and_answers_at_once_and_says_what_failed() {
     assert!(log.lines().all(|l| l.starts_with("dmem serve: ")), "{log}");
 }
 
-/// `dmem` run as user nobody, without capabilities, when the tests run as root; else `dmem`.
-fn as_other_user() -> Option<Command> {
-    // SAFETY: geteuid takes nothing and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some(dmem());
-    }
-    if !common::have_tool("setpriv") {
-        return None;
-    }
+/// `program` run as user nobody (65534), without groups or capabilities.
+fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new("setpriv");
     c.args([
         "--reuid=65534",
@@ -296,11 +358,372 @@ fn as_other_user() -> Option<Command> {
         "--bounding-set=-all",
         "--",
     ])
-    .arg(env!("CARGO_BIN_EXE_dmem"));
+    .arg(program);
+    c
+}
+
+/// `dmem` run as user nobody, without capabilities, when the tests run as root; else `dmem`.
+fn as_other_user() -> Option<Command> {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(dmem());
+    }
+    if !common::have_tool("setpriv") {
+        return None;
+    }
+    let mut c = as_nobody(env!("CARGO_BIN_EXE_dmem"));
     for var in ["DMEM_LIB", "DMEM_GDB_SCRIPT", "DMEM_OPTS", "LD_PRELOAD"] {
         c.env_remove(var);
     }
     Some(c)
+}
+
+/// Whether the tests run as root, which the tests of a second local user need; when not, says so
+/// through `missing` (which fails under CI).
+fn root_with_setpriv() -> bool {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        common::missing("root (to run clients and fixtures as a second user)");
+        return false;
+    }
+    have(&["setpriv", "curl"])
+}
+
+#[test]
+fn a_local_client_gets_only_what_its_own_user_may_read() {
+    if !root_with_setpriv() {
+        return;
+    }
+    let hold = ["1", "100", "64", "0", "60000"];
+    // A process of root's, one of nobody's, and one of nobody's that made itself non-dumpable.
+    let roots = start("heap_phases", &hold);
+    let nobodys_cmd = |extra: &[&str]| {
+        let mut c = as_nobody(common::fixture("heap_phases"));
+        c.args(hold).args(extra);
+        c.env("LD_PRELOAD", common::lib_path()).env("DMEM_OPTS", "");
+        live::start_command(c, "heap_phases")
+    };
+    let nobodys = nobodys_cmd(&[]);
+    let nodump = nobodys_cmd(&["nodump"]);
+    // Served by root, which may read all three.
+    let serve = Serve::start(dmem(), &[]);
+    let as_nobody_get = |path: &str| curl(as_nobody("curl"), &serve.url(path), &[]);
+    let heap = |pid: i32| format!("/debug/pprof/heap?pid={pid}");
+
+    let (code, body) = as_nobody_get(&heap(roots.pid));
+    let body = common::text(&body);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!(
+            "user 65534 is not allowed to read process {}",
+            roots.pid
+        )),
+        "{body}"
+    );
+    let (code, body) = as_nobody_get(&heap(nodump.pid));
+    let body = common::text(&body);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("not dumpable"), "{body}");
+    let (code, body) = as_nobody_get(&heap(nobodys.pid));
+    assert_eq!(code, 200, "{}", common::text(&body));
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzipped profile");
+
+    // The index and the metrics name only nobody's readable process to nobody, all to root.
+    let listed = |page: &[u8], pid: i32| common::text(page).contains(&format!("pid={pid}"));
+    let labelled = |page: &[u8], pid: i32| common::text(page).contains(&format!("pid=\"{pid}\""));
+    let (_, index) = as_nobody_get("/debug/pprof/");
+    let (_, metrics) = as_nobody_get("/metrics");
+    assert!(listed(&index, nobodys.pid), "{}", common::text(&index));
+    assert!(labelled(&metrics, nobodys.pid), "{}", common::text(&metrics));
+    for other in [roots.pid, nodump.pid] {
+        assert!(!listed(&index, other), "{}", common::text(&index));
+        assert!(!labelled(&metrics, other), "{}", common::text(&metrics));
+    }
+    let (_, index) = get(&serve.url("/debug/pprof/"));
+    let (code, _) = get(&serve.url(&heap(roots.pid)));
+    assert_eq!(code, 200, "root reads root's process");
+    for p in [roots.pid, nobodys.pid, nodump.pid] {
+        assert!(listed(&index, p), "{}", common::text(&index));
+    }
+    let log = serve.log();
+    assert!(
+        log.contains(&format!("pid={}: 403 user 65534 ", roots.pid)),
+        "{log}"
+    );
+    assert!(log.lines().all(|l| l.starts_with("dmem serve: ")), "{log}");
+}
+
+#[test]
+fn idle_connections_hold_no_thread_and_are_closed_after_a_few_seconds() {
+    if !have(&["curl"]) {
+        return;
+    }
+    let serve = Serve::start(dmem(), &[]);
+    // Everything is up once a request has been answered.
+    assert_eq!(get(&serve.url("/metrics")).0, 200);
+    let before = serve.threads();
+    let mut idle: Vec<TcpStream> = (0..300).map(|_| serve.connect()).collect();
+    // Answered while they are all open: the connections before it have been accepted.
+    assert_eq!(get(&serve.url("/metrics")).0, 200);
+    let during = serve.threads();
+    assert!(
+        during == before && during <= 16,
+        "300 idle connections: {during} threads, {before} before them"
+    );
+    for c in &mut idle {
+        let got = until_closed(c, "an idle connection");
+        assert_eq!(got, "", "an idle connection is closed without an answer");
+    }
+    // A slow client, a byte at a time, is closed as well: the limit is on the whole head.
+    let mut slow = serve.connect();
+    let t = Instant::now();
+    let mut open = true;
+    for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ".iter().cycle() {
+        if slow.write_all(&[*b]).is_err() {
+            open = false;
+            break;
+        }
+        if t.elapsed() > LIMIT {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !open,
+        "a client sending a byte every 100 ms was still connected after {LIMIT:?}"
+    );
+    assert_eq!(get(&serve.url("/metrics")).0, 200, "still serving");
+}
+
+#[test]
+fn what_is_not_http_1_is_answered_and_closed_at_once() {
+    if !have(&["curl"]) {
+        return;
+    }
+    let serve = Serve::start(dmem(), &[]);
+    // HTTP/2 with prior knowledge opens with this preface.
+    let got = exchange(&serve, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 505 "), "{got:?}");
+    // The start of a TLS 1.2 ClientHello, as a client that took the port for HTTPS sends it.
+    let mut hello = vec![0x16, 0x03, 0x01, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x2b, 0x03, 0x03];
+    hello.extend_from_slice(&[0x42; 32]);
+    hello.extend_from_slice(&[0x00, 0x00, 0x02, 0x00, 0x2f, 0x01, 0x00]);
+    let got = exchange(&serve, &hello);
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got:?}");
+    // A connection that ends without a word is closed at once, unanswered.
+    let mut empty = serve.connect();
+    empty.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(until_closed(&mut empty, "an empty connection"), "");
+    // A head too long to be a scraper's.
+    let long = format!("GET / HTTP/1.1\r\nX-Long: {}\r\n\r\n", "a".repeat(10_000));
+    let got = exchange(&serve, long.as_bytes());
+    assert!(got.starts_with("HTTP/1.1 431 "), "{got:?}");
+    // And a request as curl sends it still gets its answer.
+    assert_eq!(get(&serve.url("/metrics")).0, 200);
+    let log = serve.log();
+    assert!(
+        log.contains(": 505 only HTTP/1.0 and HTTP/1.1 requests are answered here"),
+        "{log}"
+    );
+    assert!(log.contains(": 400 this is not an HTTP/1.x request"), "{log}");
+    assert!(log.lines().all(|l| l.starts_with("dmem serve: ")), "{log}");
+}
+
+#[test]
+fn metrics_are_answered_while_profiles_are_being_read() {
+    if !have(&["curl"]) {
+        return;
+    }
+    // Enough blocks that each profile takes a while to read.
+    let target = start("heap_phases", &["1", "300000", "32", "0", "60000"]);
+    let serve = Serve::start(dmem(), &[target.pid]);
+    const ASKED: usize = 16;
+    let request = format!(
+        "GET /debug/pprof/heap?pid={} HTTP/1.1\r\nHost: x\r\n\r\n",
+        target.pid
+    );
+    let done = Arc::new(AtomicUsize::new(0));
+    let profiles: Vec<_> = (0..ASKED)
+        .map(|_| {
+            let mut c = serve.connect();
+            c.write_all(request.as_bytes()).unwrap();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let got = until_closed(&mut c, "a profile request");
+                done.fetch_add(1, Ordering::SeqCst);
+                got
+            })
+        })
+        .collect();
+    // Once one profile is back, every request is in the server, most of them waiting.
+    let t = Instant::now();
+    while done.load(Ordering::SeqCst) == 0 {
+        assert!(t.elapsed() < LIMIT, "no profile in {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (code, metrics) = get(&serve.url("/metrics"));
+    let outstanding = ASKED - done.load(Ordering::SeqCst);
+    assert_eq!(code, 200, "{}", common::text(&metrics));
+    assert!(
+        common::text(&metrics).contains(&format!("dmem_live_blocks{{pid=\"{}\"", target.pid)),
+        "{}",
+        common::text(&metrics)
+    );
+    // Behind the profiles, /metrics would have waited until at most one fewer than the four
+    // workers were still reading.
+    assert!(
+        outstanding > 4,
+        "/metrics came back with only {outstanding} of {ASKED} profiles still being read"
+    );
+    for p in profiles {
+        let got = p.join().unwrap();
+        assert!(
+            got.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{:?}",
+            &got[..got.len().min(200)]
+        );
+    }
+    assert_eq!(serve.log(), "", "no request failed");
+}
+
+/// A token file with `token` in it, as an operator writes one (with a newline).
+fn token_file(dir: &Path, token: &str) -> PathBuf {
+    let f = dir.join("token");
+    std::fs::write(&f, format!("{token}\n")).unwrap();
+    f
+}
+
+#[test]
+fn listening_beyond_loopback_needs_a_token_or_a_flag_and_warns() {
+    if !have(&["curl"]) {
+        return;
+    }
+    // Neither: refused at once, in one line naming both ways.
+    let out = run_limited(dmem().args(["serve", "--listen", "0.0.0.0:0"]), LIMIT);
+    let err = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("dmem serve: --listen 0.0.0.0:0 reaches beyond this host")
+            && err.contains("--token-file FILE")
+            && err.contains("--no-token"),
+        "{err}"
+    );
+
+    // A token: answered only to requests carrying it, loopback's included.
+    let dir = common::scratch_dir("serve-token");
+    let token = "c2VjcmV0LXRva2Vu.x-y_z";
+    let file = token_file(&dir, token);
+    let serve = Serve::with_args(
+        dmem(),
+        &["--listen", "0.0.0.0:0", "--token-file", file.to_str().unwrap()],
+    );
+    let url = serve.url("/metrics");
+    let (code, body) = get(&url);
+    assert_eq!(code, 401, "{}", common::text(&body));
+    let (code, _) = curl(Command::new("curl"), &url, &["--oauth2-bearer", "not-the-token"]);
+    assert_eq!(code, 401);
+    let (code, body) = curl(Command::new("curl"), &url, &["--oauth2-bearer", token]);
+    assert_eq!(code, 200, "{}", common::text(&body));
+    let header = format!("Authorization: bearer {token}");
+    let (code, _) = curl(
+        Command::new("curl"),
+        &serve.url("/debug/pprof/"),
+        &["-H", &header],
+    );
+    assert_eq!(code, 200);
+    let got = exchange(&serve, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        got.starts_with("HTTP/1.1 401 ") && got.contains("\r\nWWW-Authenticate: Bearer"),
+        "{got:?}"
+    );
+    let log = serve.log();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].starts_with("dmem serve: warning: listening beyond loopback"),
+        "{log}"
+    );
+    assert!(!log.contains(token), "the log never shows the token: {log}");
+    drop(serve);
+
+    // The flag: answered without a token, after one warning.
+    let serve = Serve::with_args(dmem(), &["--listen", "0.0.0.0:0", "--no-token"]);
+    let (code, _) = get(&serve.url("/metrics"));
+    assert_eq!(code, 200);
+    let log = serve.log();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("warning: listening beyond loopback on 0.0.0.0:0 without a token"),
+        "{log}"
+    );
+}
+
+/// The layout descriptor of a running process, found by `dmem stats` and read from its memory.
+fn descriptor_of(pid: i32) -> (std::fs::File, common::descriptor::Fields) {
+    use std::os::unix::fs::FileExt;
+    let out = run_limited(dmem().args(["stats", &pid.to_string(), "--json"]), LIMIT);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = u64::from_str_radix(v["layout"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .expect("open the process's memory");
+    let fields = common::read_descriptor(at, |a, len| {
+        let mut buf = vec![0u8; len];
+        mem.read_exact_at(&mut buf, a).unwrap();
+        buf
+    });
+    (mem, fields)
+}
+
+#[test]
+fn counters_no_process_could_hold_are_not_exported() {
+    if !have(&["curl"]) {
+        return;
+    }
+    let target = start("heap_phases", &["1", "100", "64", "0", "60000"]);
+    let honest = start("heap_phases", &["1", "100", "64", "0", "60000"]);
+    // One of its lists says it holds 2^40 more blocks, as an overwrite or a tamperer could.
+    {
+        use common::descriptor::field::*;
+        use std::os::unix::fs::FileExt;
+        let (mem, f) = descriptor_of(target.pid);
+        let at = f.need(LISTS).unwrap() + f.need(LIST_OFF_LIVE_BLOCKS).unwrap();
+        let mut word = [0u8; 8];
+        mem.read_exact_at(&mut word, at).unwrap();
+        let tampered = u64::from_le_bytes(word) + (1 << 40);
+        mem.write_all_at(&tampered.to_le_bytes(), at).unwrap();
+    }
+    let serve = Serve::start(dmem(), &[]);
+    for _ in 0..2 {
+        let (code, body) = get(&serve.url("/metrics"));
+        let text = common::text(&body);
+        assert_eq!(code, 200, "{text}");
+        assert!(
+            !text.contains(&format!("pid=\"{}\"", target.pid)),
+            "the tampered process is left out:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("dmem_live_blocks{{pid=\"{}\"", honest.pid)),
+            "{text}"
+        );
+        let why = format!(
+            "# process {} (heap_phases) is left out: its counters say 10995116278",
+            target.pid
+        );
+        assert!(text.contains(&why), "{text}");
+    }
+    let log = serve.log();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("is left out")).collect();
+    assert_eq!(
+        said.len(),
+        1,
+        "said once in the log, however often scraped: {log}"
+    );
+    assert!(said[0].contains("more than the"), "{log}");
 }
 
 #[test]

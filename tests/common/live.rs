@@ -45,8 +45,15 @@ impl Drop for Target {
 
 /// Starts `fixture args` preloaded and waits (at most a minute) for its "ready" line.
 pub fn start(fixture: &str, args: &[&str]) -> Target {
-    let mut child = common::preloaded(common::fixture(fixture), "", None)
-        .args(args)
+    let mut cmd = common::preloaded(common::fixture(fixture), "", None);
+    cmd.args(args);
+    start_command(cmd, fixture)
+}
+
+/// Starts `cmd`, a fixture perhaps behind a program that execs it (`setpriv`), and waits (at
+/// most a minute) for its "ready" line.
+pub fn start_command(mut cmd: std::process::Command, fixture: &str) -> Target {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()

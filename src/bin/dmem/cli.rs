@@ -498,14 +498,25 @@ pub struct SnapshotArgs {
 ///                                  (labels pid and comm), and how long the reads took
 ///
 /// Without PIDs it serves every process on the host that has libdmem.so loaded and that dmem may
-/// read, found again at each request. A process that has ended or refuses the read gets an HTTP
-/// error and one line on standard error. Runs until Ctrl-C.
+/// read, found again at each request. A client on this host gets only the processes its own user
+/// could read with 'dmem snapshot' (its user found in the kernel's socket table); with
+/// --token-file every request must carry the token instead, and then reads what dmem may.
+/// Listening beyond loopback needs --token-file or --no-token. A process that has ended or
+/// refuses the read gets an HTTP error and one line on standard error. Runs until Ctrl-C.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct ServeArgs {
     /// Where to listen; loopback unless told otherwise
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6060")]
     pub listen: std::net::SocketAddr,
+    /// Answer only requests carrying the token in FILE as 'Authorization: Bearer TOKEN' (what
+    /// Prometheus' credentials_file and Parca's or Alloy's bearer_token_file send)
+    #[arg(long, value_name = "FILE", conflicts_with = "no_token")]
+    pub token_file: Option<PathBuf>,
+    /// Listen beyond loopback without a token: every host that reaches the port reads what dmem
+    /// may read
+    #[arg(long)]
+    pub no_token: bool,
     /// Serve only these processes (default: every one with libdmem.so loaded that dmem may read)
     #[arg(value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<i32>,

@@ -106,3 +106,34 @@ pub fn euid() -> u32 {
     // SAFETY: geteuid takes nothing and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// Waits until one of `fds` is ready for what its `events` ask, `timeout` passes or a signal
+/// arrives (then `Ok(0)`, as for a timeout); each entry's `revents` says what it is ready for.
+pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> std::io::Result<usize> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: poll reads and writes exactly `fds.len()` pollfd structs, which the slice holds
+    // for the whole call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == std::io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n as usize)
+}
+
+/// The soft limit on open descriptors (`RLIMIT_NOFILE`); 1024, Linux's default, if unknown.
+pub fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass, which lives across the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    lim.rlim_cur
+}

@@ -3,9 +3,14 @@
 //! `/debug/pprof/heap` answers the gzipped profile `dmem snapshot` writes, `/debug/pprof/` lists
 //! the processes, and `/metrics` is Prometheus's text exposition of the library's counters.
 //!
-//! Each request reads its process afresh, as `dmem top` does, never stopping it. A fixed number
-//! of workers answer, so at most that many reads (and profiles) are in memory at once, however
-//! many scrapers call.
+//! Each request reads its process afresh, as `dmem top` does, never stopping it, and gets only
+//! what its sender may read (`access`). Profiles and the rest are answered by two fixed pools of
+//! workers (`http`), so at most `HEAP_WORKERS` walks (and profiles) are in memory at once however
+//! many scrapers call, and `/metrics`, which reads counters and walks nothing, never waits
+//! behind them.
+
+mod access;
+mod http;
 
 use crate::cli::ServeArgs;
 use crate::commands::snapshot::Source;
@@ -15,43 +20,28 @@ use crate::source::live;
 use crate::source::mappings::Mappings;
 use crate::sys::{self, INTERRUPTED};
 use crate::{failed, Result};
+use access::{Gate, Reader};
+use http::{Lane, Reply, Request};
+use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-use tiny_http::{Header, Request, Response, Server};
+use std::sync::Mutex;
+use std::time::Instant;
 
-/// Requests answered at once.
-const WORKERS: usize = 4;
-
-/// What a request gets back.
-struct Reply {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn ok(content_type: &'static str, body: Vec<u8>) -> Reply {
-        Reply {
-            status: 200,
-            content_type,
-            body,
-        }
-    }
-
-    /// An error: its status and one line, which the log repeats.
-    fn error(status: u16, line: String) -> Reply {
-        Reply {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: (line + "\n").into_bytes(),
-        }
-    }
-}
+/// Profiles read at once.
+const HEAP_WORKERS: usize = 4;
+/// Profile requests that may wait for a worker; past that they are answered 503.
+const HEAP_QUEUE: usize = 16;
+/// Workers, and requests waiting for them, for everything else: the index, metrics, errors.
+const LIGHT_WORKERS: usize = 2;
+const LIGHT_QUEUE: usize = 64;
 
 pub fn main(args: ServeArgs) -> Result<i32> {
-    let server =
-        Server::http(args.listen).map_err(|e| failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let (gate, warning) = Gate::new(&args.listen, args.token_file.as_deref(), args.no_token)?;
+    let listener = std::net::TcpListener::bind(args.listen)
+        .map_err(|e| failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| failed(format!("cannot listen on {}: {e}", args.listen)))?;
     let what = if args.pids.is_empty() {
         "every process with libdmem.so loaded that this user may read".to_owned()
     } else {
@@ -59,63 +49,74 @@ pub fn main(args: ServeArgs) -> Result<i32> {
         format!("process {}", pids.join(", "))
     };
     // The address actually bound (a port of 0 asks the system for one): scripts read it here.
-    eprintln!(
-        "dmem serve: listening on http://{}/ for {what}; Ctrl-C ends",
-        server.server_addr()
-    );
+    eprintln!("dmem serve: listening on http://{bound}/ for {what}; Ctrl-C ends");
+    if let Some(w) = warning {
+        eprintln!("dmem serve: warning: {w}");
+    }
     sys::catch_interrupt();
-    let pids = args.pids;
-    std::thread::scope(|s| {
-        for _ in 0..WORKERS {
-            s.spawn(|| {
-                while !INTERRUPTED.load(Ordering::SeqCst) {
-                    match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(req)) => answer(req, &pids),
-                        Ok(None) => {}
-                        Err(e) => eprintln!("dmem serve: {e}"),
-                    }
-                }
-            });
-        }
-    });
+    let server = Server {
+        pids: args.pids,
+        gate,
+        told: Mutex::new(HashSet::new()),
+    };
+    let answer = |req: &Request| server.answer(req);
+    let lanes = [
+        Lane {
+            what: "profiles",
+            workers: HEAP_WORKERS,
+            queue: HEAP_QUEUE,
+            answer: &answer,
+        },
+        Lane {
+            what: "pages and metrics",
+            workers: LIGHT_WORKERS,
+            queue: LIGHT_QUEUE,
+            answer: &answer,
+        },
+    ];
+    let pick = |req: &Request| usize::from(path_of(&req.target) != "/debug/pprof/heap");
+    http::run(listener, &lanes, &pick, &INTERRUPTED).map_err(|e| failed(format!("stopped serving: {e}")))?;
     Ok(0)
 }
 
-fn answer(req: Request, pids: &[i32]) {
-    let url = req.url().to_owned();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let reply = match (req.method(), path) {
-        (tiny_http::Method::Get | tiny_http::Method::Head, _) => match path {
-            "/debug/pprof/heap" => heap(pids, query),
-            "/debug/pprof/" | "/debug/pprof" | "/" => index(pids),
-            "/metrics" => metrics(pids),
+fn path_of(target: &str) -> &str {
+    target.split_once('?').map_or(target, |(p, _)| p)
+}
+
+struct Server {
+    /// The processes named on the command line; empty for every one found.
+    pids: Vec<i32>,
+    gate: Gate,
+    /// Processes whose counters were refused, so that the log says so once for each.
+    told: Mutex<HashSet<i32>>,
+}
+
+impl Server {
+    fn answer(&self, req: &Request) -> Reply {
+        let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
+        if req.method != "GET" && req.method != "HEAD" {
+            return Reply::error(405, format!("{} is not answered here, only GET", req.method))
+                .with_header("Allow", "GET, HEAD".into());
+        }
+        let reader = match self.gate.reader(req) {
+            Ok(r) => r,
+            Err(reply) => return reply,
+        };
+        match path {
+            "/debug/pprof/heap" => heap(&self.pids, reader, query),
+            "/debug/pprof/" | "/debug/pprof" | "/" => index(&self.pids, reader),
+            "/metrics" => self.metrics(reader),
             _ => Reply::error(
                 404,
                 format!("no such page {path}: try /debug/pprof/heap, /debug/pprof/ or /metrics"),
             ),
-        },
-        (m, _) => Reply::error(405, format!("{m} is not answered here, only GET")),
-    };
-    if reply.status != 200 {
-        let line = String::from_utf8_lossy(&reply.body);
-        eprintln!(
-            "dmem serve: {} {url}: {} {}",
-            req.method(),
-            reply.status,
-            line.trim_end()
-        );
+        }
     }
-    let header = Header::from_bytes("Content-Type", reply.content_type).expect("a valid header");
-    let response = Response::from_data(reply.body)
-        .with_status_code(reply.status)
-        .with_header(header);
-    // The client may have gone away; nothing to do about it.
-    let _ = req.respond(response);
 }
 
-/// The processes served now: those named, or every one found.
-fn served(pids: &[i32]) -> Vec<(i32, String)> {
-    if pids.is_empty() {
+/// The processes served now that `reader` may read: those named, or every one found.
+fn served(pids: &[i32], reader: Reader) -> Vec<(i32, String)> {
+    let all = if pids.is_empty() {
         live::preloaded()
     } else {
         pids.iter()
@@ -124,7 +125,8 @@ fn served(pids: &[i32]) -> Vec<(i32, String)> {
                 (p, name.trim_end().to_owned())
             })
             .collect()
-    }
+    };
+    all.into_iter().filter(|(p, _)| reader.may_read_now(*p)).collect()
 }
 
 /// `pid=N` from a query string.
@@ -149,11 +151,37 @@ fn status_of_failure(pid: i32) -> u16 {
     }
 }
 
-fn heap(pids: &[i32], query: &str) -> Reply {
+/// `read` of process `pid` for `reader`: refused unless the reader may read the process, and
+/// thrown away if the process changed its user ids, or ended and left its id to another,
+/// while it was read.
+fn read_for<T>(reader: Reader, pid: i32, read: impl FnOnce() -> Result<T>) -> std::result::Result<T, Reply> {
+    let failed_read = |f: crate::Fail| Reply::error(status_of_failure(pid), f.msg);
+    if !reader.restricted() {
+        return read().map_err(failed_read);
+    }
+    let before = access::owner(pid).map_err(|_| Reply::error(404, format!("there is no process {pid}")))?;
+    reader
+        .may_read(pid, &before)
+        .map_err(|why| Reply::error(403, why))?;
+    let got = read().map_err(failed_read)?;
+    match access::owner(pid) {
+        Ok(after) if after == before => Ok(got),
+        Ok(_) => Err(Reply::error(
+            403,
+            format!("process {pid} changed its user ids while it was read"),
+        )),
+        Err(_) => Err(Reply::error(
+            404,
+            format!("process {pid} ended while it was read"),
+        )),
+    }
+}
+
+fn heap(pids: &[i32], reader: Reader, query: &str) -> Reply {
     let pid = match query_pid(query) {
         Some(Ok(p)) => p,
         Some(Err(why)) => return Reply::error(400, why),
-        None => match served(pids).as_slice() {
+        None => match served(pids, reader).as_slice() {
             [(one, _)] => *one,
             [] => return Reply::error(404, "no process with libdmem.so loaded is readable".into()),
             _ => {
@@ -167,9 +195,9 @@ fn heap(pids: &[i32], query: &str) -> Reply {
     if !pids.is_empty() && !pids.contains(&pid) {
         return Reply::error(404, format!("process {pid} is not among those served"));
     }
-    let snap = match Source::Image(Target::Pid(pid)).take() {
+    let snap = match read_for(reader, pid, || Source::Image(Target::Pid(pid)).take()) {
         Ok(s) => s,
-        Err(f) => return Reply::error(status_of_failure(pid), f.msg),
+        Err(reply) => return reply,
     };
     let mut body = Vec::new();
     match crate::model::pprof::write(&snap, &mut body) {
@@ -178,10 +206,10 @@ fn heap(pids: &[i32], query: &str) -> Reply {
     }
 }
 
-fn index(pids: &[i32]) -> Reply {
+fn index(pids: &[i32], reader: Reader) -> Reply {
     let mut html =
         String::from("<html><head><title>dmem serve</title></head><body>\n<h1>Heap profiles</h1>\n<ul>\n");
-    let procs = served(pids);
+    let procs = served(pids, reader);
     for (pid, name) in &procs {
         let _ = writeln!(
             html,
@@ -213,81 +241,124 @@ type Family = (
     fn(&heapwalk::Counters) -> u64,
 );
 
-fn metrics(pids: &[i32]) -> Reply {
-    let started = Instant::now();
-    let mut rows = Vec::new();
-    for (pid, name) in served(pids) {
-        let t = Instant::now();
-        let read = live::open(pid).and_then(|p| p.counters());
-        match read {
-            Ok(c) => rows.push((pid, name, c, t.elapsed())),
-            // A process named on the command line that cannot be read is said in the log; one
-            // found by the search that ended since is simply left out.
-            Err(f) if !pids.is_empty() => eprintln!("dmem serve: /metrics: {}", f.msg),
-            Err(_) => {}
+/// Counters no process could hold: more live blocks, each with its header, and bytes than all
+/// its mappings together, which a tampered or overwritten counter can say. The line says why.
+fn impossible(c: &heapwalk::Counters, header_size: u64, mapped: u64) -> Option<String> {
+    let held = u128::from(c.live_blocks) * u128::from(header_size) + u128::from(c.live_bytes);
+    (held > u128::from(mapped)).then(|| {
+        format!(
+            "its counters say {} live blocks holding {} bytes, which with a {header_size}-byte header each is more \
+             than the {mapped} bytes it has mapped",
+            c.live_blocks, c.live_bytes
+        )
+    })
+}
+
+/// Bytes mapped by a process, all mappings together.
+fn mapped(maps: &Mappings) -> u64 {
+    maps.list.iter().map(|m| m.end.saturating_sub(m.start)).sum()
+}
+
+impl Server {
+    fn metrics(&self, reader: Reader) -> Reply {
+        let started = Instant::now();
+        let mut rows = Vec::new();
+        let mut left_out = Vec::new();
+        for (pid, name) in served(&self.pids, reader) {
+            let t = Instant::now();
+            let read = read_for(reader, pid, || {
+                let p = live::open(pid)?;
+                let c = p.counters()?;
+                // The mappings are read again after the counters, so a block mapped in between
+                // is not taken for an impossible one.
+                let now = Mappings::of_process(pid).map_or(0, |m| mapped(&m));
+                Ok((c, p.layout.header_size, mapped(&p.maps).max(now)))
+            });
+            match read {
+                Ok((c, header_size, bytes)) => match impossible(&c, header_size, bytes) {
+                    None => rows.push((pid, name, c, t.elapsed())),
+                    Some(why) => {
+                        let line = format!("process {pid} ({name}) is left out: {why}");
+                        if self.told.lock().unwrap_or_else(|e| e.into_inner()).insert(pid) {
+                            eprintln!("dmem serve: /metrics: {line}");
+                        }
+                        left_out.push(line);
+                    }
+                },
+                // A process named on the command line that cannot be read is said in the log;
+                // one found by the search that ended since is simply left out.
+                Err(reply) if !self.pids.is_empty() => {
+                    let line = String::from_utf8_lossy(&reply.body);
+                    eprintln!("dmem serve: /metrics: {}", line.trim_end());
+                }
+                Err(_) => {}
+            }
         }
-    }
-    let mut out = String::new();
-    let families: [Family; 4] = [
-        (
-            "dmem_live_bytes",
-            "gauge",
-            "Bytes in live blocks, from libdmem's counters.",
-            |c| c.live_bytes,
-        ),
-        (
-            "dmem_live_blocks",
-            "gauge",
-            "Live blocks, from libdmem's counters.",
-            |c| c.live_blocks,
-        ),
-        (
-            "dmem_allocations_total",
-            "counter",
-            "Blocks allocated since the process started.",
-            |c| c.allocs,
-        ),
-        (
-            "dmem_frees_total",
-            "counter",
-            "Blocks freed since the process started.",
-            |c| c.frees,
-        ),
-    ];
-    for (metric, kind, help, value) in families {
-        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-        for (pid, name, c, _) in &rows {
-            let _ = writeln!(
-                out,
-                "{metric}{{pid=\"{pid}\",comm=\"{}\"}} {}",
-                label(name),
-                value(c)
-            );
+        let mut out = String::new();
+        for line in &left_out {
+            let _ = writeln!(out, "# {line}");
         }
-    }
-    let _ = writeln!(
+        let families: [Family; 4] = [
+            (
+                "dmem_live_bytes",
+                "gauge",
+                "Bytes in live blocks, from libdmem's counters.",
+                |c| c.live_bytes,
+            ),
+            (
+                "dmem_live_blocks",
+                "gauge",
+                "Live blocks, from libdmem's counters.",
+                |c| c.live_blocks,
+            ),
+            (
+                "dmem_allocations_total",
+                "counter",
+                "Blocks allocated since the process started.",
+                |c| c.allocs,
+            ),
+            (
+                "dmem_frees_total",
+                "counter",
+                "Blocks freed since the process started.",
+                |c| c.frees,
+            ),
+        ];
+        for (metric, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for (pid, name, c, _) in &rows {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{pid=\"{pid}\",comm=\"{}\"}} {}",
+                    label(name),
+                    value(c)
+                );
+            }
+        }
+        let _ = writeln!(
         out,
         "# HELP dmem_read_seconds How long reading the process's counters took.\n# TYPE dmem_read_seconds gauge"
     );
-    for (pid, name, _, took) in &rows {
+        for (pid, name, _, took) in &rows {
+            let _ = writeln!(
+                out,
+                "dmem_read_seconds{{pid=\"{pid}\",comm=\"{}\"}} {:.6}",
+                label(name),
+                took.as_secs_f64()
+            );
+        }
         let _ = writeln!(
-            out,
-            "dmem_read_seconds{{pid=\"{pid}\",comm=\"{}\"}} {:.6}",
-            label(name),
-            took.as_secs_f64()
-        );
-    }
-    let _ = writeln!(
         out,
         "# HELP dmem_processes Processes served that could be read.\n# TYPE dmem_processes gauge\ndmem_processes {}",
         rows.len()
     );
-    let _ = writeln!(
+        let _ = writeln!(
         out,
         "# HELP dmem_scrape_seconds How long this answer took, finding the processes included.\n# TYPE dmem_scrape_seconds gauge\ndmem_scrape_seconds {:.6}",
         started.elapsed().as_secs_f64()
     );
-    Reply::ok("text/plain; version=0.0.4; charset=utf-8", out.into_bytes())
+        Reply::ok("text/plain; version=0.0.4; charset=utf-8", out.into_bytes())
+    }
 }
 
 #[cfg(test)]
