@@ -161,6 +161,15 @@ fn until_closed(c: &mut TcpStream, what: &str) -> String {
     common::text(&got)
 }
 
+/// A body for a failure message: its text, or what a profile is.
+fn shown(body: &[u8]) -> String {
+    if body.starts_with(&[0x1f, 0x8b]) {
+        format!("a gzipped profile of {} bytes", body.len())
+    } else {
+        common::text(body)
+    }
+}
+
 fn have(tools: &[&str]) -> bool {
     tools.iter().all(|t| common::have_tool(t))
 }
@@ -411,7 +420,7 @@ fn a_local_client_gets_only_what_its_own_user_may_read() {
     let heap = |pid: i32| format!("/debug/pprof/heap?pid={pid}");
 
     let (code, body) = as_nobody_get(&heap(roots.pid));
-    let body = common::text(&body);
+    let body = shown(&body);
     assert_eq!(code, 403, "{body}");
     assert!(
         body.contains(&format!(
@@ -421,11 +430,11 @@ fn a_local_client_gets_only_what_its_own_user_may_read() {
         "{body}"
     );
     let (code, body) = as_nobody_get(&heap(nodump.pid));
-    let body = common::text(&body);
+    let body = shown(&body);
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("not dumpable"), "{body}");
     let (code, body) = as_nobody_get(&heap(nobodys.pid));
-    assert_eq!(code, 200, "{}", common::text(&body));
+    assert_eq!(code, 200, "{}", shown(&body));
     assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzipped profile");
 
     // The index and the metrics name only nobody's readable process to nobody, all to root.
@@ -539,7 +548,7 @@ fn metrics_are_answered_while_profiles_are_being_read() {
     let serve = Serve::start(dmem(), &[target.pid]);
     const ASKED: usize = 16;
     let request = format!(
-        "GET /debug/pprof/heap?pid={} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /debug/pprof/heap?pid={} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         target.pid
     );
     let done = Arc::new(AtomicUsize::new(0));
@@ -632,7 +641,10 @@ fn listening_beyond_loopback_needs_a_token_or_a_flag_and_warns() {
         &["-H", &header],
     );
     assert_eq!(code, 200);
-    let got = exchange(&serve, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let got = exchange(
+        &serve,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
     assert!(
         got.starts_with("HTTP/1.1 401 ") && got.contains("\r\nWWW-Authenticate: Bearer"),
         "{got:?}"

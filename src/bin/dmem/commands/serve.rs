@@ -375,6 +375,26 @@ mod tests {
     }
 
     #[test]
+    fn counters_more_than_the_mappings_hold_are_impossible() {
+        let c = |blocks, bytes| heapwalk::Counters {
+            live_blocks: blocks,
+            live_bytes: bytes,
+            allocs: blocks,
+            frees: 0,
+        };
+        assert_eq!(impossible(&c(100, 6400), 112, 1 << 20), None);
+        assert_eq!(impossible(&c(100, 6400), 112, 100 * 112 + 6400), None);
+        let why = impossible(&c(1 << 40, 6400), 112, 1 << 30).unwrap();
+        assert!(
+            why.starts_with("its counters say 1099511627776 live blocks holding 6400 bytes"),
+            "{why}"
+        );
+        assert!(impossible(&c(100, 6400), 112, 100 * 112 + 6399).is_some());
+        // No sum wraps around to a small, believable number.
+        assert!(impossible(&c(u64::MAX, u64::MAX), u64::MAX, u64::MAX).is_some());
+    }
+
+    #[test]
     fn label_values_are_escaped_as_prometheus_reads_them() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }

@@ -165,13 +165,31 @@ fn local_user(peer: SocketAddr, local: SocketAddr) -> std::io::Result<Option<u32
         IpAddr::V4(_) => a,
     };
     let (peer, local) = (unmapped(peer), unmapped(local));
-    let table = if peer.is_ipv4() {
-        "/proc/net/tcp"
-    } else {
-        "/proc/net/tcp6"
+    if peer.is_ipv4() {
+        let text = std::fs::read_to_string("/proc/net/tcp")?;
+        if let Some(uid) = socket_owner(&text, &table_address(peer), &table_address(local)) {
+            return Ok(Some(uid));
+        }
+    }
+    // An IPv6 client, or one whose IPv6 socket reached an IPv4 address, mapped. A kernel
+    // without IPv6 has no such table.
+    let text = match std::fs::read_to_string("/proc/net/tcp6") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        text => text?,
     };
-    let text = std::fs::read_to_string(table)?;
-    Ok(socket_owner(&text, &table_address(peer), &table_address(local)))
+    Ok(socket_owner(
+        &text,
+        &table_address(mapped(peer)),
+        &table_address(mapped(local)),
+    ))
+}
+
+/// The address as an IPv6 socket holds it: an IPv4 one mapped.
+fn mapped(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V4(ip) => SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), a.port()),
+        IpAddr::V6(_) => a,
+    }
 }
 
 /// An address as the socket tables write it: the address's 32-bit words as the machine holds
@@ -307,6 +325,7 @@ mod tests {
         assert_eq!(owner("127.0.0.1:40002"), None);
         let v6: SocketAddr = "[::1]:6060".parse().unwrap();
         assert_eq!(table_address(v6), "00000000000000000000000001000000:17AC");
+        assert_eq!(table_address(mapped(us)), "0000000000000000FFFF00000100007F:17AC");
     }
 
     #[test]

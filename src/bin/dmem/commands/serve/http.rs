@@ -150,7 +150,7 @@ pub fn run(
     std::thread::scope(|s| {
         for (lane, rx) in lanes.iter().zip(&receivers) {
             for _ in 0..lane.workers {
-                s.spawn(move || work(lane, rx));
+                s.spawn(move || work(lane, rx, stop));
             }
         }
         // The senders go with this call: when it returns, the workers finish what they hold
@@ -159,7 +159,7 @@ pub fn run(
     })
 }
 
-fn work(lane: &Lane, rx: &Mutex<Receiver<Job>>) {
+fn work(lane: &Lane, rx: &Mutex<Receiver<Job>>, stop: &AtomicBool) {
     loop {
         // The lock is held only while waiting for the next request, which one worker at a time
         // can take anyway.
@@ -167,6 +167,11 @@ fn work(lane: &Lane, rx: &Mutex<Receiver<Job>>) {
         let Ok((stream, req)) = job else {
             return;
         };
+        // Once stopping, what still waits is closed unanswered, so Ctrl-C does not wait for
+        // a queue of walks.
+        if stop.load(Ordering::SeqCst) {
+            continue;
+        }
         let reply = (lane.answer)(&req);
         log(&format!("{} {}", req.method, req.target), &reply);
         send(&stream, &reply, req.method == "HEAD");
