@@ -74,13 +74,14 @@ pub fn main(args: ServeArgs) -> Result<i32> {
             answer: &answer,
         },
     ];
-    let pick = |req: &Request| usize::from(path_of(&req.target) != "/debug/pprof/heap");
+    let pick = |req: &Request| usize::from(split_target(&req.target).0 != "/debug/pprof/heap");
     http::run(listener, &lanes, &pick, &INTERRUPTED).map_err(|e| failed(format!("stopped serving: {e}")))?;
     Ok(0)
 }
 
-fn path_of(target: &str) -> &str {
-    target.split_once('?').map_or(target, |(p, _)| p)
+/// A request target's path and query.
+fn split_target(target: &str) -> (&str, &str) {
+    target.split_once('?').unwrap_or((target, ""))
 }
 
 struct Server {
@@ -93,7 +94,7 @@ struct Server {
 
 impl Server {
     fn answer(&self, req: &Request) -> Reply {
-        let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
+        let (path, query) = split_target(&req.target);
         if req.method != "GET" && req.method != "HEAD" {
             return Reply::error(405, format!("{} is not answered here, only GET", req.method))
                 .with_header("Allow", "GET, HEAD".into());

@@ -153,8 +153,8 @@ pub fn run(
                 s.spawn(move || work(lane, rx, stop));
             }
         }
-        // The senders go with this call: when it returns, the workers finish what they hold
-        // and end.
+        // The senders go with this call: when it returns, each worker ends once its queue is
+        // empty.
         accept_loop(&listener, lanes, senders, pick, stop)
     })
 }
@@ -333,17 +333,13 @@ fn accept_loop(
         let now = Instant::now();
         // Dropping a connection closes it.
         conns.retain(|c| c.deadline > now);
-        let wait = conns
-            .iter()
-            .map(|c| c.deadline - now)
-            .chain(
-                [TICK, accept_after.saturating_duration_since(now)]
-                    .into_iter()
-                    .filter(|d| !d.is_zero()),
-            )
-            .min()
-            .unwrap_or(TICK);
+        // Until the next connection's time is up, the listener's rest ends, or the next look
+        // at the stop flag, whichever comes first.
         let listening = now >= accept_after;
+        let mut wait = conns.iter().map(|c| c.deadline - now).fold(TICK, Duration::min);
+        if !listening {
+            wait = wait.min(accept_after - now);
+        }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns.len() + 1);
         fds.push(libc::pollfd {
             fd: listener.as_raw_fd(),
