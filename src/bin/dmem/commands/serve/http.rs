@@ -212,11 +212,11 @@ fn write_all_by(mut stream: &TcpStream, mut data: &[u8], deadline: Instant) -> i
     Ok(())
 }
 
-/// An error answered by the accepting thread itself, to a connection that sent no request it
-/// could pass on: written without waiting (a fresh connection's send buffer holds it), then
+/// An error answered by the accepting thread itself, to a connection whose request it does
+/// not pass on: written without waiting (a fresh connection's send buffer holds it), then
 /// closed.
-fn refuse(stream: TcpStream, what: &str, reply: Reply) {
-    log(what, &reply);
+fn refuse(stream: TcpStream, reply: Reply) {
+    let _ = stream.set_nonblocking(true);
     let _ = (&stream).write(&reply.bytes(false));
     let _ = stream.shutdown(Shutdown::Write);
 }
@@ -324,8 +324,10 @@ fn accept_loop(
 ) -> io::Result<()> {
     let most = max_connections();
     let mut conns: Vec<Conn> = Vec::new();
-    // Set while connections are refused for being too many, so that is said once per spell.
+    // Set while connections are refused for being too many, or requests for a lane whose
+    // queue is full, so that each is said once per spell.
     let mut full = false;
+    let mut busy = vec![false; lanes.len()];
     // After a failed accept (out of descriptors, say), the listener rests a moment instead of
     // waking poll again at once.
     let mut accept_after = Instant::now();
@@ -370,7 +372,8 @@ fn accept_loop(
             let head = match head {
                 Ok(h) => h,
                 Err(reply) => {
-                    refuse(c.stream, &c.peer.to_string(), reply);
+                    log(&c.peer.to_string(), &reply);
+                    refuse(c.stream, reply);
                     continue;
                 }
             };
@@ -385,16 +388,24 @@ fn accept_loop(
                 local,
             };
             let lane = pick(&req).min(lanes.len() - 1);
-            if let Err(TrySendError::Full((stream, req))) = senders[lane].try_send((c.stream, req)) {
-                let reply = Reply::error(
-                    503,
-                    format!(
-                        "{} requests for {} are waiting already; ask again shortly",
-                        lanes[lane].queue, lanes[lane].what
-                    ),
-                )
-                .with_header("Retry-After", "1".into());
-                refuse(stream, &format!("{} {}", req.method, req.target), reply);
+            match senders[lane].try_send((c.stream, req)) {
+                Err(TrySendError::Full((stream, req))) => {
+                    let reply = Reply::error(
+                        503,
+                        format!(
+                            "{} requests for {} are waiting already; ask again shortly",
+                            lanes[lane].queue, lanes[lane].what
+                        ),
+                    )
+                    .with_header("Retry-After", "1".into());
+                    // Said once while the lane stays full, however many are turned away.
+                    if !busy[lane] {
+                        log(&format!("{} {}", req.method, req.target), &reply);
+                        busy[lane] = true;
+                    }
+                    refuse(stream, reply);
+                }
+                _ => busy[lane] = false,
             }
         }
 
@@ -411,8 +422,9 @@ fn accept_loop(
                             );
                             full = true;
                         }
-                        let _ = (&stream).write(
-                            &Reply::error(503, format!("{most} connections are open already")).bytes(false),
+                        refuse(
+                            stream,
+                            Reply::error(503, format!("{most} connections are open already")),
                         );
                         continue;
                     }
