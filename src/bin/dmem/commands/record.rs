@@ -75,7 +75,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
         if let Some(pct) = a.at_peak {
             let c = match target.counters() {
                 Ok(c) => c,
-                Err(_) if !live::alive(a.pid) => break "the process ended",
+                Err(_) if ending(a.pid) => break "the process ended",
                 Err(f) => return Err(f),
             };
             note_high(&mut highest, c.live_bytes);
@@ -131,6 +131,20 @@ pub fn main(a: RecordArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Whether process `pid`, whose read just failed, is ending: gone now, or within a second. A
+/// process on its way out loses its memory (a read then fails) a moment before it becomes a
+/// zombie, so one that still shows as alive is given that moment.
+fn ending(pid: i32) -> bool {
+    let until = Instant::now() + Duration::from_secs(1);
+    while live::alive(pid) {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
     if highest.is_none_or(|(h, _)| bytes > h) {
         *highest = Some((bytes, SystemTime::now()));
@@ -142,7 +156,7 @@ fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
 fn take(pid: i32, dir: &Path, stem: &str, kind: &str) -> Result<Option<(PathBuf, u64)>> {
     let snap = match Source::Image(Target::Pid(pid)).take() {
         Ok(s) => s,
-        Err(_) if !live::alive(pid) => return Ok(None),
+        Err(_) if ending(pid) => return Ok(None),
         Err(f) => return Err(f),
     };
     let stamp: String = humantime::format_rfc3339_millis(SystemTime::now())
