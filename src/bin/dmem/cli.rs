@@ -510,7 +510,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6060")]
     pub listen: std::net::SocketAddr,
     /// Answer only requests carrying the token in FILE as 'Authorization: Bearer TOKEN' (what
-    /// Prometheus' credentials_file and Parca's or Alloy's bearer_token_file send)
+    /// Prometheus' and Parca's authorization credentials_file and Alloy's bearer_token_file send)
     #[arg(long, value_name = "FILE", conflicts_with = "no_token")]
     pub token_file: Option<PathBuf>,
     /// Listen beyond loopback without a token: every host that reaches the port reads what dmem
