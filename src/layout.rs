@@ -6,6 +6,11 @@
 //! the offsets of their counters, each under its name (`analysis::descriptor` defines the format
 //! and the names for the readers too). A new field is only appended; a change in the meaning of
 //! one bumps `descriptor::VERSION`.
+//!
+//! The descriptor checks itself: at start-up `seal` writes a check of its head and of every
+//! entry into `CHECKS`, whose address is the field `checks`; readers recompute them. The
+//! descriptor itself stays where the loader put it (read-only after relocation), so the checks
+//! live apart, and cover whatever fields the descriptor has.
 
 use crate::analysis::descriptor::{self, field, Entry};
 use crate::bootstrap;
@@ -16,7 +21,7 @@ use crate::header::{
 use crate::history::{self, Event, Ring};
 use crate::lists::{self, Hand, List, NLISTS};
 use core::mem::offset_of;
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The descriptor: its head, then one named entry per field (see `analysis::descriptor`).
 #[repr(C)]
@@ -27,7 +32,10 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 50;
+const NFIELDS: usize = 51;
+
+/// The checks `seal` writes: the head's, then one per entry, in order.
+pub static CHECKS: [AtomicU64; NFIELDS + 1] = [const { AtomicU64::new(0) }; NFIELDS + 1];
 
 /// The word of flags the descriptor points at, set once at start-up.
 pub static FLAGS: AtomicU64 = AtomicU64::new(0);
@@ -112,8 +120,25 @@ pub static dmem_layout: Layout = Layout {
         n(field::EVENT_OFF_FREE_FRAMES, offset_of!(Event, free_frames)),
         n(field::EVENT_KIND_FREE, history::KIND_FREE as usize),
         n(field::EVENT_KIND_ALLOC, history::KIND_ALLOC as usize),
+        Entry::address(field::CHECKS, CHECKS.as_ptr()),
     ],
 };
+
+/// Writes the descriptor's checks, once the loader has relocated its addresses: at start-up,
+/// from an initialiser of its own, before anything could overwrite the descriptor. It reads
+/// only the static descriptor, so the order among the library's initialisers does not matter.
+extern "C" fn seal() {
+    let l = &dmem_layout;
+    CHECKS[0].store(descriptor::head_check(l.version, l.nfields), Ordering::Relaxed);
+    for (i, e) in l.fields.iter().enumerate() {
+        let check = descriptor::entry_check(i as u64, &e.name, e.value.addr() as u64);
+        CHECKS[i + 1].store(check, Ordering::Relaxed);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static SEAL: extern "C" fn() = seal;
 
 // The size word's fields are disjoint, fit in 64 bits, and the list index field holds every list.
 const _: () = assert!(SIZE_BITS <= LIST_SHIFT);
@@ -137,6 +162,18 @@ mod tests {
                 core::mem::size_of::<Layout>(),
             )
         };
+        seal();
+        let mut read_checks = |addr: u64, buf: &mut [u8]| {
+            assert_eq!(addr, CHECKS.as_ptr() as u64);
+            for (b, c) in buf.chunks_exact_mut(8).zip(&CHECKS) {
+                b.copy_from_slice(&c.load(Ordering::Relaxed).to_le_bytes());
+            }
+            true
+        };
+        assert_eq!(
+            descriptor::verify(bytes, &mut read_checks),
+            Ok(descriptor::Sealed::Verified)
+        );
         let f = Fields::parse(bytes).expect("the library's own descriptor parses");
         assert_eq!(f.version, descriptor::VERSION);
         assert_eq!(f.iter().count(), NFIELDS);

@@ -677,6 +677,19 @@ pub struct Break {
 /// over), or freed for the moment between a failed realloc's `restore` and its magic store (the
 /// block is live again); anything else is a break.
 pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMut(&Header)) -> Option<Break> {
+    walk_linked(readable, &mut |_, hr| {
+        if hr.magic != MAGIC_HANDED {
+            visit(hr)
+        }
+    })
+}
+
+/// As `walk_locked`, but visits every header linked on list `i` as `visit(i, header)`, handed
+/// ones too (the list's counters still count them): for a reader that adds a list up.
+pub fn walk_linked(
+    readable: &dyn Fn(usize, usize) -> bool,
+    visit: &mut dyn FnMut(usize, &Header),
+) -> Option<Break> {
     let mut first: Option<Break> = None;
     for (i, list) in LISTS.iter().enumerate() {
         // SAFETY: the caller holds every list, so heads, links and counters are stable.
@@ -707,9 +720,7 @@ pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMu
                     break;
                 }
             };
-            if hr.magic != MAGIC_HANDED {
-                visit(hr);
-            }
+            visit(i, hr);
             steps += 1;
             from = h;
             h = hr.next;

@@ -8,12 +8,23 @@
 //! existing field changes, and a reader refuses a version it does not know in one line.
 //! Versions 1 and 2 were bare words in a fixed order, `OLD_ORDER`, which a reader turns into
 //! the same named fields.
+//!
+//! From version 5 the descriptor checks itself: its field `checks` holds the address of words
+//! the library writes once at start-up (`layout::seal`), a check of the head (version and
+//! count) and one of each entry (its index, name and value, addresses as the loader relocated
+//! them). A reader recomputes them (`verify`) before it believes a field, so a descriptor a
+//! wild write or a tampered core changed is one error naming the field, never numbers taken
+//! for true. The checks are separate from the descriptor, which the loader makes read-only
+//! after relocating it.
 
 /// "DMEMLAYT" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
 /// The version the library writes. Version 4: a block on a list may be handed (freed by another
 /// thread, not yet unlinked by the list's owner), and the live counters include such blocks.
-pub const VERSION: u64 = 4;
+/// Version 5: the descriptor carries its checks (`field::CHECKS`), and a reader refuses one
+/// without them, so a descriptor whose version byte was overwritten cannot pass for an older
+/// one that had none.
+pub const VERSION: u64 = 5;
 /// Bytes of a field's name, NUL included.
 pub const NAME_LEN: usize = 24;
 /// Bytes before the first entry: magic, version and count.
@@ -97,6 +108,9 @@ pub mod field {
     /// An event's kinds.
     pub const EVENT_KIND_FREE: &str = "event_kind_free";
     pub const EVENT_KIND_ALLOC: &str = "event_kind_alloc";
+    /// From version 5: the address of the checks written at start-up, one word for the head
+    /// and one per entry (see `verify`).
+    pub const CHECKS: &str = "checks";
 }
 
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
@@ -253,15 +267,131 @@ impl Fields {
     }
 }
 
-/// A version 3 descriptor's bytes for `fields`, as the library lays it out: for readers' tests.
-pub fn encode(fields: &[(&str, u64)]) -> Vec<u8> {
+/// A descriptor's bytes for `fields`, as the library lays it out, and the checks it writes at
+/// start-up for them (to be found at the address the `checks` field holds): for readers' tests.
+pub fn encode(fields: &[(&str, u64)]) -> (Vec<u8>, Vec<u8>) {
     let mut out = Vec::with_capacity(HEAD_LEN + fields.len() * ENTRY_LEN);
-    for w in [MAGIC, VERSION, fields.len() as u64] {
+    let n = fields.len() as u64;
+    for w in [MAGIC, VERSION, n] {
         out.extend_from_slice(&w.to_le_bytes());
     }
-    for (name, value) in fields {
-        out.extend_from_slice(&padded(name));
+    let mut checks = head_check(VERSION, n).to_le_bytes().to_vec();
+    for (i, (name, value)) in fields.iter().enumerate() {
+        let name = padded(name);
+        out.extend_from_slice(&name);
         out.extend_from_slice(&value.to_le_bytes());
+        checks.extend_from_slice(&entry_check(i as u64, &name, *value).to_le_bytes());
     }
-    out
+    (out, checks)
+}
+
+/// The checks' arithmetic: a multiply and an xor-shift per word, both invertible, so a change
+/// to any one word always changes the result (and so does any byte of a name or value).
+fn check(words: &[u64]) -> u64 {
+    let mut h: u64 = 0x6a09_e667_f3bc_c908;
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 32;
+    }
+    h
+}
+
+/// The check of the head: its version and its count of fields (a changed magic is no
+/// descriptor at all).
+pub fn head_check(version: u64, nfields: u64) -> u64 {
+    check(&[MAGIC, version, nfields])
+}
+
+/// The check of entry `index`: its place, its name's bytes and its value.
+pub fn entry_check(index: u64, name: &[u8; NAME_LEN], value: u64) -> u64 {
+    let mut w = [index, 0, 0, 0, value];
+    for (k, chunk) in name.chunks_exact(8).enumerate() {
+        w[1 + k] = word(chunk, 0);
+    }
+    check(&w)
+}
+
+/// What `verify` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sealed {
+    /// Every check agrees.
+    Verified,
+    /// A version before 5, which had no checks.
+    Older,
+    /// The checks are all zero: read before the library's start-up wrote them (or zeroed by
+    /// a write, which the caller should say it cannot tell apart).
+    Unwritten,
+}
+
+/// Checks a whole descriptor, `size(bytes)` bytes, against the checks the library wrote at
+/// start-up, which `read(addr, buf)` reads (false: unreadable). The error names what was
+/// overwritten: the head, or the fields whose checks disagree.
+pub fn verify(bytes: &[u8], read: &mut dyn FnMut(u64, &mut [u8]) -> bool) -> Result<Sealed, String> {
+    let len = size(bytes)?;
+    let bytes = bytes.get(..len).ok_or("the descriptor is cut short")?;
+    let version = word(bytes, 8);
+    if version < 3 {
+        return Ok(Sealed::Older);
+    }
+    let n = word(bytes, 16);
+    let entries: Vec<&[u8]> = bytes[HEAD_LEN..].chunks_exact(ENTRY_LEN).collect();
+    let checks_name = padded(field::CHECKS);
+    let Some(at) = entries.iter().find(|e| e[..NAME_LEN] == checks_name) else {
+        return if version >= 5 {
+            Err(format!(
+                "it is version {version} but has no field {}: the descriptor was overwritten",
+                field::CHECKS
+            ))
+        } else {
+            Ok(Sealed::Older)
+        };
+    };
+    let addr = word(at, NAME_LEN);
+    let mut raw = vec![0u8; 8 * (entries.len() + 1)];
+    if !read(addr, &mut raw) {
+        return Err(format!(
+            "its checks at {addr:#x} (field {}) cannot be read: the descriptor was overwritten",
+            field::CHECKS
+        ));
+    }
+    let checks: Vec<u64> = raw.chunks_exact(8).map(|c| word(c, 0)).collect();
+    if checks.iter().all(|&c| c == 0) {
+        return Ok(Sealed::Unwritten);
+    }
+    if checks[0] != head_check(version, n) {
+        return Err(format!(
+            "its version ({version}) or its count of fields ({n}) is not what the library wrote at \
+             start: the descriptor was overwritten"
+        ));
+    }
+    let bad: Vec<String> = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            let name: &[u8; NAME_LEN] = e[..NAME_LEN].try_into().unwrap();
+            entry_check(*i as u64, name, word(e, NAME_LEN)) != checks[i + 1]
+        })
+        .map(|(i, e)| {
+            let name = &e[..NAME_LEN];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+            // A name the write changed may hold anything; shown printable only.
+            let shown: String = name[..end]
+                .iter()
+                .map(|&b| if b.is_ascii_graphic() { b as char } else { '?' })
+                .collect();
+            format!("{shown} (field {}, holding {:#x})", i + 1, word(e, NAME_LEN))
+        })
+        .collect();
+    match bad.as_slice() {
+        [] => Ok(Sealed::Verified),
+        [one] => Err(format!(
+            "its field {one} is not what the library wrote at start: the descriptor was overwritten"
+        )),
+        [first, ..] => Err(format!(
+            "{} of its fields are not what the library wrote at start, the first {first}: the \
+             descriptor (or its checks, field {}) was overwritten",
+            bad.len(),
+            field::CHECKS
+        )),
+    }
 }

@@ -88,7 +88,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     } else {
         procmaps::all()
     };
-    let (live, broken) = snapshot(&maps);
+    let (live, breaks) = snapshot(&maps);
     let mut blocks = Blocks::with_capacity(live.len());
     for b in &live {
         blocks.push(b.start, b.start + b.size);
@@ -158,7 +158,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         &heuristic,
         show,
         &notes,
-        broken,
+        &breaks,
         glibc && arena.is_none(),
     )
 }

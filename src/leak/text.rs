@@ -1,12 +1,11 @@
 //! The exit report's text: the summary in valgrind's words, the notes on threads and broken
 //! lists, and one record per class and allocating stack.
 
-use super::live::Live;
+use super::live::{Breaks, Live};
 use super::roots::ThreadNotes;
 use crate::analysis::reach::{Class, Heuristic};
 use crate::diag;
 use crate::header::NFRAMES;
-use crate::lists::{self, Broken};
 use crate::out::Out;
 use crate::sink;
 use core::fmt::Write;
@@ -20,7 +19,7 @@ pub(super) fn write_report(
     heuristic: &[Option<Heuristic>],
     show: u8,
     notes: &ThreadNotes,
-    broken: Option<lists::Break>,
+    breaks: &Breaks,
     no_arena: bool,
 ) -> usize {
     #[derive(Default)]
@@ -98,27 +97,7 @@ pub(super) fn write_report(
             plural(notes.missed, "thread")
         );
     }
-    if let Some(b) = broken {
-        let why = match b.why {
-            Broken::Unreadable => "which is not readable".to_string(),
-            Broken::BadMagic(m) => format!("whose magic is {m:#x}"),
-            Broken::PrevMismatch => "whose prev does not lead back".to_string(),
-            Broken::TooLong => "past the list's count of blocks (a cycle)".to_string(),
-        };
-        let from = match b.from {
-            0 => format!("the head of list {}", b.list),
-            h => format!("header {h:#x} on list {}", b.list),
-        };
-        let _ = writeln!(
-            out,
-            "dmem: the heap was overwritten: {from} leads to {:#x}, {why}; the blocks past it{} are not in this report",
-            b.to,
-            match b.lists {
-                1 => String::new(),
-                n => format!(" and past breaks in {} more", plural(n - 1, "list")),
-            }
-        );
-    }
+    breaks.write(&mut out);
     if no_arena {
         let _ = writeln!(
             out,

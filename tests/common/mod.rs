@@ -180,10 +180,21 @@ pub fn make_core(dir: &Path, prog: &Path, args: &[&str], opts: &str, lib: &Path)
     core
 }
 
-/// The layout descriptor at `at`, read with `read(addr, len)`, its fields by name.
+/// The layout descriptor at `at`, read with `read(addr, len)`, its fields by name, once its
+/// checks held.
 pub fn read_descriptor(at: u64, read: impl Fn(u64, usize) -> Vec<u8>) -> descriptor::Fields {
     let len = descriptor::size(&read(at, descriptor::HEAD_LEN)).expect("a descriptor we read");
-    let fields = descriptor::Fields::parse(&read(at, len)).expect("the descriptor's fields");
+    let bytes = read(at, len);
+    let sealed = descriptor::verify(&bytes, &mut |a, buf| {
+        buf.copy_from_slice(&read(a, buf.len()));
+        true
+    });
+    assert_eq!(
+        sealed,
+        Ok(descriptor::Sealed::Verified),
+        "the descriptor's checks, written at start-up"
+    );
+    let fields = descriptor::Fields::parse(&bytes).expect("the descriptor's fields");
     assert_eq!(
         fields.version,
         descriptor::VERSION,

@@ -137,3 +137,34 @@ pub fn open_files_limit() -> u64 {
     }
     lim.rlim_cur
 }
+
+/// Opens `path` for reading only if it is a regular file. The open itself never blocks: a FIFO
+/// that no one writes would hold an ordinary open forever, so it is opened non-blocking and
+/// then refused, as is anything else that is not a file (a directory, a device, a socket).
+/// Every file the launcher reads because a command line or an image named it goes through here.
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file"),
+    ))
+}

@@ -197,6 +197,11 @@ pub fn command(
     };
     let base = base_src.take()?;
     let new = new_src.take()?;
+    for snap in [&base, &new] {
+        for line in snap.warnings.iter().chain(&snap.inconsistency()) {
+            eprintln!("dmem diff: {}: {line}", snap.source);
+        }
+    }
     let d = diff(&base, &new);
     let minutes = d.seconds().map(|s| s / 60.0);
     let rate = |c: &Change| minutes.map_or(0, |m| (c.delta_bytes as f64 / m).round() as i64);

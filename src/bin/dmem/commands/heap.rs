@@ -331,6 +331,7 @@ pub fn addr_words(args: &cli::AddrArgs) -> Result<(Vec<std::ffi::OsString>, u64)
 pub fn whatis(args: cli::AddrArgs) -> Result<String> {
     let (words, addr) = addr_words(&args)?;
     let mut ins = Inspect::open_words(&words, args.registers.as_deref(), args.heuristics, Need::Snapshot)?;
+    let mut out = ins.warnings();
     let found = ins.heap.find(addr);
     // A block that held the address and was freed, when the process kept a free history.
     let history = history::read(&ins).ok();
@@ -360,7 +361,9 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 addr: String,
                 block: Option<()>,
                 bootstrap_arena: bool,
+                overwritten_header: Option<String>,
                 freed: Option<history::EventJson>,
+                problems: Vec<ProblemJson>,
             }
             return Ok(dump(&Doc {
                 format: JSON_FORMAT,
@@ -368,22 +371,39 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
                 addr: hex(addr),
                 block: None,
                 bootstrap_arena: in_arena,
+                overwritten_header: behind_broken(&ins, addr).map(hex),
                 freed: freed_json,
+                problems: problems_json(&ins.heap.problems()),
             }));
         }
         if in_arena {
-            return Ok(format!(
-                "{}: inside libdmem's bootstrap arena ({}-{}), whose blocks carry no header or stack\n",
+            out.push(format!(
+                "{}: inside libdmem's bootstrap arena ({}-{}), whose blocks carry no header or stack",
                 hex(addr),
                 hex(l.arena_start),
                 hex(l.arena_end)
             ));
+            return Ok(lines(out));
         }
+        let not_live = match behind_broken(&ins, addr) {
+            Some(h) if addr < h + ins.heap.header_size => {
+                format!("{}: inside the header {} that was overwritten (see above)", hex(addr), hex(h))
+            }
+            Some(h) => format!(
+                "{}: not inside any live block; perhaps {} bytes into the block behind the overwritten header {}, \
+                 whose size is not believed (see above)",
+                hex(addr),
+                addr - h - ins.heap.header_size,
+                hex(h)
+            ),
+            None => format!("{}: not inside any live block", hex(addr)),
+        };
         if freed.is_some() {
-            let intro = format!("{}: not inside any live block; ", hex(addr));
-            return Ok(lines(freed_lines(&mut ins, &intro)));
+            out.extend(freed_lines(&mut ins, &format!("{not_live}; ")));
+        } else {
+            out.push(not_live);
         }
-        return Ok(format!("{}: not inside any live block\n", hex(addr)));
+        return Ok(lines(out));
     };
     let b = ins.heap.blocks[i];
     let header = b.addr - ins.heap.header_size;
@@ -434,10 +454,25 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
             hex(header)
         ),
     };
-    let mut out = vec![head, format!("allocated by thread {} at:", b.tid)];
+    out.extend([head, format!("allocated by thread {} at:", b.tid)]);
     out.extend(stack_lines(&mut ins, b.stack, "    "));
     out.extend(freed_lines(&mut ins, "before that it was "));
     Ok(lines(out))
+}
+
+/// The overwritten header (one whose size was not believed) that `addr` lies in or behind,
+/// before the next block's header: what `whatis` names instead of a block.
+fn behind_broken(ins: &Inspect, addr: u64) -> Option<u64> {
+    let heap = &ins.heap;
+    let hs = heap.header_size;
+    let i = heap.blocks.partition_point(|b| b.addr - hs <= addr);
+    let next = heap.blocks.get(i).map_or(u64::MAX, |b| b.addr - hs);
+    let prev = i.checked_sub(1).map_or(0, |k| heap.blocks[k].addr);
+    heap.size_problems
+        .iter()
+        .filter_map(|p| p.header)
+        .filter(|&h| prev < h && h <= addr && addr < next)
+        .max()
 }
 
 /// Every problem of the lists: what the walk met, then counters that disagree with what was
@@ -446,43 +481,21 @@ pub fn whatis(args: cli::AddrArgs) -> Result<String> {
 fn verify_problems(ins: &Inspect) -> Vec<Problem> {
     let heap = &ins.heap;
     let l = &ins.image.layout;
+    // The walk's own: where lists broke, sizes not believed, lists whose blocks do not add up
+    // to their counters.
     let mut out: Vec<Problem> = heap.problems().into_iter().cloned().collect();
-    let mut per_list: HashMap<u16, (u64, u64)> = HashMap::new();
-    for b in &heap.blocks {
-        let e = per_list.entry(b.list).or_default();
-        e.0 += 1;
-        e.1 += b.size;
-    }
     for (i, li) in heap.lists.iter().enumerate() {
         let c = &li.counters;
-        let at = |text: String| Problem {
-            list: Some(i as u64),
-            addr: Some(li.addr),
-            text,
-        };
         if c.allocs.wrapping_sub(c.frees) != c.live_blocks {
-            out.push(at(format!(
-                "counters disagree: {} allocations - {} frees != {} live blocks",
-                c.allocs, c.frees, c.live_blocks
-            )));
-        }
-        if li.problem.is_some() {
-            // The walk stopped early; its totals would only repeat that.
-            continue;
-        }
-        let (nb, nbytes) = per_list.get(&(i as u16)).copied().unwrap_or_default();
-        if nb != c.live_blocks {
-            out.push(at(format!(
-                "walked {} but the live count is {}",
-                plural(nb, "block"),
-                c.live_blocks
-            )));
-        }
-        if nbytes != c.live_bytes {
-            out.push(at(format!(
-                "walked blocks hold {nbytes} bytes but the live byte count is {}",
-                c.live_bytes
-            )));
+            out.push(Problem {
+                list: Some(i as u64),
+                addr: Some(li.addr),
+                text: format!(
+                    "counters disagree: {} allocations - {} frees != {} live blocks",
+                    c.allocs, c.frees, c.live_blocks
+                ),
+                header: None,
+            });
         }
     }
     let hs = heap.header_size;
@@ -496,6 +509,7 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
                     hex(b.addr - hs),
                     b.named_list
                 ),
+                header: Some(b.addr - hs),
             });
         }
     }
@@ -505,6 +519,7 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
                 list: Some(w[1].list as u64),
                 addr: Some(w[1].addr - hs),
                 text: format!("header {} is on more than one list", hex(w[1].addr - hs)),
+                header: None,
             });
         }
     }
@@ -518,6 +533,7 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
                     "header {} lies in the bootstrap arena, whose blocks have no header",
                     hex(h)
                 ),
+                header: None,
             });
         }
         if b.size > 0 && ins.image.mem.u64_at((b.addr + b.size - 1) & !7).is_err() {
@@ -529,6 +545,7 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
                     hex(b.addr),
                     b.size
                 ),
+                header: None,
             });
         }
     }
@@ -536,7 +553,7 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
 }
 
 pub fn verify(args: cli::PlainArgs) -> Result<String> {
-    let ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
     let problems = verify_problems(&ins);
     let (nblocks, nbytes) = ins.heap.totals(&ins.heap.everything());
     let nlists = ins.heap.lists.len() as u64;
@@ -561,7 +578,13 @@ pub fn verify(args: cli::PlainArgs) -> Result<String> {
             problems: problems_json(&problems.iter().collect::<Vec<_>>()),
         }));
     }
-    let mut out: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    let mut out = heap::problem_lines(
+        &problems.iter().collect::<Vec<_>>(),
+        &ins.heap.blocks,
+        &ins.heap.stacks,
+        &mut ins.namer,
+        "",
+    );
     if problems.is_empty() {
         out.push(format!(
             "dmem verify: {}, {}, {nbytes} bytes: no problems found",
@@ -580,7 +603,8 @@ pub fn verify(args: cli::PlainArgs) -> Result<String> {
 }
 
 pub fn stats(args: cli::PlainArgs) -> Result<String> {
-    let ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let warnings = ins.warnings();
     let heap = &ins.heap;
     let l = &ins.image.layout;
     let c = heap.counters;
@@ -660,7 +684,7 @@ pub fn stats(args: cli::PlainArgs) -> Result<String> {
             problems: problems_json(&heap.problems()),
         }));
     }
-    let mut out = ins.warnings();
+    let mut out = warnings;
     out.push(format!(
         "libdmem layout v{} at {}: {}-byte headers, {} frames, {} lists",
         l.version,

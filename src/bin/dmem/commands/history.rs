@@ -139,13 +139,14 @@ pub fn history(args: cli::HistoryArgs) -> Result<String> {
             events,
         }));
     }
-    let mut out = vec![format!(
+    let mut out = ins.warnings();
+    out.push(format!(
         "history: {} events kept of {} recorded, in {} rings of {}; newest first",
         h.events.len(),
         h.recorded,
         h.rings,
         h.capacity
-    )];
+    ));
     if let Some(a) = args.addr {
         out.push(format!(
             "{} of them in a block that held {}",

@@ -6,11 +6,10 @@
 use crate::analysis::reach::Heuristic;
 use crate::cli::{show, ImageArgs};
 use crate::model::frames::Namer;
-use crate::model::heap::Heap;
+use crate::model::heap::{self, Heap};
 use crate::model::leaks::{self, Classified};
 use crate::model::roots::{self, Loaded, Roots};
 use crate::model::symbolize::Symbolizer;
-use crate::model::text::plural;
 use crate::source::image::{Image, Target};
 use crate::source::live;
 use crate::source::mappings::Mappings;
@@ -114,29 +113,16 @@ impl Inspect {
     }
 
     /// Lines about anything that makes the answer incomplete.
-    pub fn warnings(&self) -> Vec<String> {
-        let problems = self.heap.problems();
-        let mut out = Vec::new();
-        if !problems.is_empty() {
-            out.push(format!(
-                "warning: {} in the lists; the answer is incomplete (see 'dmem verify'):",
-                plural(problems.len() as u64, "problem")
-            ));
-            out.extend(problems.iter().take(5).map(|p| format!("warning:   {p}")));
-            if problems.len() > 5 {
-                out.push(format!("warning:   ... and {} more", problems.len() - 5));
-            }
-        }
+    pub fn warnings(&mut self) -> Vec<String> {
+        let h = &self.heap;
+        let moving = h
+            .lists
+            .iter()
+            .filter(|l| !l.consistent && l.problem.is_none())
+            .count();
+        let mut out = heap::warnings(&h.problems(), &h.blocks, &h.stacks, &mut self.namer);
         if !self.image.still {
-            let moving = self.heap.lists.iter().filter(|l| !l.consistent).count();
-            if moving > 0 {
-                out.push(format!(
-                    "note: {} of {} lists changed too fast to read whole: {} runs on while it is read",
-                    moving,
-                    self.heap.lists.len(),
-                    self.image.name
-                ));
-            }
+            out.extend(heap::moving_note(moving, h.lists.len(), &self.image.name));
         }
         out
     }

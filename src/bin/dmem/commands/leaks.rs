@@ -73,7 +73,7 @@ impl Scan {
             .collect()
     }
 
-    fn warnings(&self, scanned: bool) -> Vec<String> {
+    fn warnings(&mut self, scanned: bool) -> Vec<String> {
         let mut out = self.ins.warnings();
         if scanned {
             out.extend(self.roots.notes.iter().map(|n| format!("note: {n}")));
@@ -351,7 +351,7 @@ impl Pool {
         }
     }
 
-    fn warnings(&self) -> Vec<String> {
+    fn warnings(&mut self) -> Vec<String> {
         match self {
             Pool::Live(i) => i.warnings(),
             Pool::Classed(s) => s.warnings(true),
@@ -705,7 +705,9 @@ pub fn why(args: cli::AddrArgs) -> Result<String> {
                 block: None,
             }));
         }
-        return Ok(format!("{}: not inside any live block\n", hex(addr)));
+        let mut out = scan.warnings(true);
+        out.push(format!("{}: not inside any live block", hex(addr)));
+        return Ok(lines(out));
     };
     let class = scan.c.class[k];
     let graph = Graph::build(&*scan.ins.image.mem, &scan.ins.heap, &scan.roots);
@@ -874,6 +876,10 @@ pub fn folded(args: cli::FoldedArgs) -> Result<String> {
     let mut pool = Pool::open(&args.image, &classes)?;
     let blocks = pool.blocks(&classes);
     let sel = select(pool.ins(), &args.filters, Some(blocks))?;
+    // The folded lines are data for other tools: what is wrong with the lists goes to stderr.
+    for line in pool.warnings() {
+        eprintln!("dmem folded: {line}");
+    }
     let g = groups(pool.ins(), &sel);
     let (text, nstacks, nbytes) = heap::fold(pool.ins(), &g);
     heap::write_folded(args.output.as_deref(), text, nstacks, nbytes)

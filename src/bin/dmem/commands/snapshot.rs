@@ -65,8 +65,10 @@ impl Source {
                 ))
             }
             Source::File(path) => {
-                let data =
-                    std::fs::read(path).map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
+                let mut data = Vec::new();
+                crate::sys::open_regular(path)
+                    .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut data))
+                    .map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
                 let what = |e: String| failed(format!("{}: {e}", show(path)));
                 if crate::model::pprof::is_gzip(&data) || !data.trim_ascii_start().starts_with(b"{") {
                     crate::model::pprof::read(&data).map_err(what)
@@ -119,8 +121,8 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
     }
     let snap = source.take()?;
     write_to(&snap, output, format)?;
-    if let Some(note) = snap.inconsistency() {
-        eprintln!("dmem snapshot: {note}");
+    for line in snap.warnings.iter().chain(&snap.inconsistency()) {
+        eprintln!("dmem snapshot: {line}");
     }
     if output != Path::new("-") {
         let plural = |n: i64, one: &str, many: &str| {

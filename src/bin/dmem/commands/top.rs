@@ -6,12 +6,12 @@
 //! its identity (and its series of samples) from one sample to the next.
 
 use crate::cli::TopArgs;
-use crate::model::frames;
+use crate::model::frames::{self, Namer};
 use crate::model::growth::{self, Class};
 use crate::model::heap;
 use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack, TemporaryStack};
 use crate::model::symbolize::{Frame, Symbolizer};
-use crate::model::text::{bytes_text, clock, signed, thousands};
+use crate::model::text::{bytes_text, clock, plural, signed, thousands};
 use crate::source::heapwalk::{self, WalkOptions};
 use crate::source::history::{self, Kind};
 use crate::source::live::{self, LiveProcess};
@@ -118,6 +118,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
     let interval = Duration::from_secs_f64(args.interval);
     let started = Instant::now();
     let mut ended = false;
+    let mut said = std::collections::HashSet::new();
     let out = std::io::stdout();
     loop {
         let when = SystemTime::now();
@@ -135,6 +136,18 @@ pub fn main(args: TopArgs) -> Result<i32> {
             }
         };
         let groups = heap::group(&walk.blocks, &walk.stacks);
+        // Each problem of the lists is said once, when first met, the way every command says it.
+        let problems: Vec<_> = walk
+            .problems()
+            .into_iter()
+            .filter(|p| said.insert(p.text.clone()))
+            .collect();
+        if !problems.is_empty() {
+            let mut namer = Namer::new(Symbolizer::new(target.maps.clone()));
+            for line in heap::warnings(&problems, &walk.blocks, &walk.stacks, &mut namer) {
+                eprintln!("dmem top: {line}");
+            }
+        }
 
         let read = t0.elapsed();
         let sample = watch.times.len();
@@ -177,7 +190,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
                 delta_bytes: None,
                 delta_blocks: None,
                 read_ms,
-                inconsistent_lists: walk.inconsistent(),
+                inconsistent_lists: walk.moving(),
                 unchanged_stacks: None,
                 objects: Vec::new(),
                 stacks: rows.iter().map(|r| watch.json_stack(r)).collect(),
@@ -193,9 +206,15 @@ pub fn main(args: TopArgs) -> Result<i32> {
                 bytes_text(live_bytes),
                 thousands(live_blocks),
                 thousands(groups.len() as u64),
-                match walk.inconsistent() {
-                    0 => "every list read whole".to_owned(),
-                    n => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
+                match (walk.moving(), walk.problems().len()) {
+                    (0, 0) => "every list read whole".to_owned(),
+                    (n, 0) => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
+                    (0, k) => format!("{} in the lists", plural(k as u64, "problem")),
+                    (n, k) => format!(
+                        "{n} of {} lists changed too fast to read whole, {} in the lists",
+                        walk.lists.len(),
+                        plural(k as u64, "problem")
+                    ),
                 }
             );
             writeln!(o, "{header}")

@@ -2,6 +2,8 @@
 //! find the block holding an address, pick blocks by size, thread or stack, group them by
 //! stack.
 
+use crate::model::frames::Namer;
+use crate::model::text::plural;
 use crate::source::heapwalk::{Block, Counters, ListRead, Problem, Walk};
 
 /// The live blocks of one walk of an image.
@@ -13,6 +15,8 @@ pub struct Heap {
     pub lists: Vec<ListRead>,
     pub counters: Counters,
     pub header_size: u64,
+    /// Sizes the walk did not believe, and lists that do not add up (see `Walk`).
+    pub size_problems: Vec<Problem>,
 }
 
 /// Where an address falls in a block.
@@ -43,6 +47,7 @@ impl Heap {
             lists: walk.lists,
             counters: walk.counters,
             header_size,
+            size_problems: walk.size_problems,
         }
     }
 
@@ -61,9 +66,13 @@ impl Heap {
         (addr < b.addr + b.size.max(1)).then_some((i, Within::Block))
     }
 
-    /// What ended a list's walk early.
+    /// What ended a list's walk early, then the sizes not believed.
     pub fn problems(&self) -> Vec<&Problem> {
-        self.lists.iter().filter_map(|l| l.problem.as_ref()).collect()
+        self.lists
+            .iter()
+            .filter_map(|l| l.problem.as_ref())
+            .chain(&self.size_problems)
+            .collect()
     }
 
     /// (blocks, bytes) of a selection.
@@ -75,6 +84,85 @@ impl Heap {
     pub fn everything(&self) -> Vec<usize> {
         (0..self.blocks.len()).collect()
     }
+}
+
+/// The live block in front of the header at `header` among `blocks` (sorted by address): the
+/// nearest below it, when it ends within a page before it. An overflow of that block is what
+/// reaches the header first.
+pub fn in_front_of(blocks: &[Block], header: u64) -> Option<&Block> {
+    let i = blocks.partition_point(|b| b.addr < header).checked_sub(1)?;
+    let b = &blocks[i];
+    let end = b.addr.saturating_add(b.size);
+    (end <= header && header - end < 4096).then_some(b)
+}
+
+/// Each problem on a line of its own after `indent`, and under one that names the header a
+/// write changed, the block in front of it and where it was allocated: the same words in a
+/// core and in a running process, for every command.
+pub fn problem_lines(
+    problems: &[&Problem],
+    blocks: &[Block],
+    stacks: &[Box<[u64]>],
+    namer: &mut Namer,
+    indent: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in problems {
+        out.push(format!("{indent}{p}"));
+        let Some(b) = p.header.and_then(|h| in_front_of(blocks, h)) else {
+            continue;
+        };
+        let header = p.header.unwrap_or(0);
+        out.push(format!(
+            "{indent}  perhaps written past the end of the {}-byte block {:#x} in front of it ({} \
+             before the header), allocated by thread {} at:",
+            b.size,
+            b.addr,
+            plural(header - (b.addr + b.size), "byte"),
+            b.tid
+        ));
+        out.extend(namer.lines(&stacks[b.stack as usize], &format!("{indent}    ")));
+    }
+    out
+}
+
+/// The lines every command that walks the lists prints about its problems (up to five, each
+/// with the block in front of the header it names), worded the same for a core and a running
+/// process.
+pub fn warnings(
+    problems: &[&Problem],
+    blocks: &[Block],
+    stacks: &[Box<[u64]>],
+    namer: &mut Namer,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if problems.is_empty() {
+        return out;
+    }
+    out.push(format!(
+        "warning: {} in the lists; the answer is incomplete (see 'dmem verify'):",
+        plural(problems.len() as u64, "problem")
+    ));
+    out.extend(problem_lines(
+        &problems[..problems.len().min(5)],
+        blocks,
+        stacks,
+        namer,
+        "warning:   ",
+    ));
+    if problems.len() > 5 {
+        out.push(format!("warning:   ... and {} more", problems.len() - 5));
+    }
+    out
+}
+
+/// For a running process only: the lists it changed too fast to be read whole, if any.
+pub fn moving_note(moving: usize, lists: usize, name: &str) -> Option<String> {
+    (moving > 0).then(|| {
+        format!(
+            "note: {moving} of {lists} lists changed too fast to read whole: {name} runs on while it is read"
+        )
+    })
 }
 
 /// The live blocks of one stack.

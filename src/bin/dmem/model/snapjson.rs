@@ -253,6 +253,7 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         stacks,
         read_ms: doc.read_ms,
         inconsistent_lists: doc.inconsistent_lists,
+        warnings: Vec::new(),
     };
     snap.sort();
     Ok(snap)

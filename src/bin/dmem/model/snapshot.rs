@@ -3,6 +3,7 @@
 //! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
 //! core file or a file written earlier.
 
+use crate::model::frames::Namer;
 use crate::model::symbolize::{self, Symbolizer};
 use crate::source::heapwalk;
 use crate::source::mappings::Mappings;
@@ -77,6 +78,9 @@ pub struct Snapshot {
     pub read_ms: f64,
     /// Lists that could not be read whole (a running process changed them throughout).
     pub inconsistent_lists: usize,
+    /// What was wrong with the lists when they were read (broken links, sizes not believed),
+    /// as every command words it; not kept in the files.
+    pub warnings: Vec<String>,
 }
 
 impl Snapshot {
@@ -217,8 +221,14 @@ pub fn from_walk(
         objects,
         stacks,
         read_ms,
-        inconsistent_lists: walk.inconsistent(),
+        inconsistent_lists: walk.moving(),
+        warnings: Vec::new(),
     };
+    let problems = walk.problems();
+    if !problems.is_empty() {
+        let mut namer = Namer::new(sym);
+        snap.warnings = crate::model::heap::warnings(&problems, &walk.blocks, &walk.stacks, &mut namer);
+    }
     snap.sort();
     snap
 }

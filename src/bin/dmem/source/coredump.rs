@@ -70,7 +70,8 @@ fn map_file(file: &File) -> std::io::Result<memmap2::Mmap> {
 
 impl CoreDump {
     pub fn open(path: &Path) -> Result<CoreDump, String> {
-        let file = File::open(path).map_err(|e| format!("cannot open the core {}: {e}", show(path)))?;
+        let file = crate::sys::open_regular(path)
+            .map_err(|e| format!("cannot open the core {}: {e}", show(path)))?;
         let mtime = file
             .metadata()
             .and_then(|m| m.modified())
@@ -200,7 +201,7 @@ impl CoreDump {
         let mut opened = self.opened.borrow_mut();
         let file = opened
             .entry(m.path.clone())
-            .or_insert_with(|| File::open(&m.path).and_then(|f| map_file(&f)).ok());
+            .or_insert_with(|| crate::sys::open_regular(&m.path).and_then(|f| map_file(&f)).ok());
         let Some(file) = file else {
             return 0;
         };
@@ -276,6 +277,12 @@ impl Memory for CoreDump {
             }
         }
         all
+    }
+
+    /// Every header a walk can believe is in the core's own bytes (a heap is never left out
+    /// of a core while the files mapped beside it may be).
+    fn bound(&self) -> u64 {
+        self.data.len() as u64
     }
 
     fn extent(&self, addr: u64) -> Option<(u64, u64)> {

@@ -10,7 +10,6 @@ use crate::source::mappings::Mappings;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSymbol};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -28,7 +27,7 @@ pub enum Kind {
 type Header = object::elf::FileHeader64<object::Endianness>;
 
 pub fn kind(path: &Path) -> std::io::Result<Kind> {
-    let cache = ReadCache::new(File::open(path)?);
+    let cache = ReadCache::new(crate::sys::open_regular(path)?);
     // 64-bit only: the library exists for 64-bit Linux.
     let Ok(header) = Header::parse(&cache) else {
         return Ok(Kind::NotElf);
@@ -71,7 +70,7 @@ pub struct ElfObject {
 
 impl ElfObject {
     pub fn open(path: &Path) -> Result<ElfObject, String> {
-        let file = File::open(path).map_err(|e| e.to_string())?;
+        let file = crate::sys::open_regular(path).map_err(|e| e.to_string())?;
         let cache = ReadCache::new(file);
         let obj = object::read::File::parse(&cache).map_err(|e| e.to_string())?;
         let (loads, tls_memsz) = match &obj {
@@ -146,7 +145,7 @@ pub struct Symbol {
 
 /// Every defined data or code symbol of the object at `path`, sorted by address, each once.
 pub fn symbols(path: &Path) -> Vec<Symbol> {
-    let Ok(file) = File::open(path) else {
+    let Ok(file) = crate::sys::open_regular(path) else {
         return Vec::new();
     };
     let cache = ReadCache::new(file);
@@ -201,7 +200,7 @@ pub fn fill_build_ids(maps: &mut Mappings) {
 /// The link-time value of the dynamic symbol `name` in the object at `path` (`.dynsym`, which
 /// survives `strip`).
 pub fn dynamic_symbol(path: &Path, name: &str) -> Option<u64> {
-    let cache = ReadCache::new(File::open(path).ok()?);
+    let cache = ReadCache::new(crate::sys::open_regular(path).ok()?);
     let obj = object::read::File::parse(&cache).ok()?;
     obj.dynamic_symbols()
         .find(|s| s.name_bytes().is_ok_and(|n| n == name.as_bytes()) && s.is_definition())

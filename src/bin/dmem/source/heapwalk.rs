@@ -18,7 +18,8 @@
 //! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
 use super::history::HistoryLayout;
-use crate::analysis::descriptor::{self, field, Fields};
+use crate::analysis::descriptor::{self, field, Fields, Sealed};
+use crate::analysis::fit::{self, Misfit};
 use crate::source::elf::{self, ElfObject};
 use crate::source::mappings::Mappings;
 use crate::source::memory::{AddrHash, Memory, ReadError};
@@ -73,6 +74,8 @@ pub struct Layout {
     pub list_off_hand: Option<[u64; 4]>,
     /// The free history's rings and events, in a library that has them.
     pub history: Option<HistoryLayout>,
+    /// Whether the descriptor's checks held (from version 5), or why there were none to hold.
+    pub sealed: Sealed,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -102,6 +105,10 @@ impl Layout {
         let len = descriptor::size(&head).map_err(LayoutError::Invalid)?;
         let mut raw = vec![0u8; len];
         mem.read(addr, &mut raw)?;
+        // Nothing of it is believed before its checks held: a changed field is named here,
+        // not taken for true.
+        let sealed = descriptor::verify(&raw, &mut |at, buf| mem.read(at, buf).is_ok())
+            .map_err(LayoutError::Invalid)?;
         let f = Fields::parse(&raw).map_err(LayoutError::Invalid)?;
         let w = |name: &str| f.need(name).map_err(LayoutError::Invalid);
         // Version 1 did not publish the size word's fields; its writer put them right above
@@ -159,6 +166,7 @@ impl Layout {
                 None
             },
             history: HistoryLayout::read(&f).map_err(LayoutError::Invalid)?,
+            sealed,
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
@@ -210,6 +218,18 @@ impl Layout {
             return Err("its pointers are null (an unrelocated copy from the library file)".into());
         }
         Ok(())
+    }
+
+    /// The line to print when the descriptor's checks could not be verified because they were
+    /// never written: a process read while it was starting, or checks zeroed by a write.
+    pub fn unsealed_warning(&self, lib: &std::path::Path) -> Option<String> {
+        (self.sealed == Sealed::Unwritten).then(|| {
+            format!(
+                "dmem: warning: the layout descriptor of {} holds no checks (read before the library's \
+                 start-up wrote them, or overwritten since): its fields are believed unverified",
+                crate::cli::show(lib)
+            )
+        })
     }
 
     /// The descriptor's flag word (`FLAG_RECORDING`...).
@@ -375,11 +395,14 @@ pub struct Block {
 }
 
 /// Something wrong found in the lists: which list, which header (or list), and what.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Problem {
     pub list: Option<u64>,
     pub addr: Option<u64>,
     pub text: String,
+    /// The header a write must have changed, when one can be named: the readers name the
+    /// block in front of it, whose end an overflow runs past.
+    pub header: Option<u64>,
 }
 
 impl std::fmt::Display for Problem {
@@ -413,18 +436,40 @@ pub struct ListRead {
 /// Everything one walk found.
 #[derive(Debug, Default)]
 pub struct Walk {
+    /// Sorted by address.
     pub blocks: Vec<Block>,
     /// Distinct stacks, each its return addresses innermost first, without trailing zeros.
     pub stacks: Vec<Box<[u64]>>,
     pub lists: Vec<ListRead>,
     /// The sum of the lists' counters (each from the attempt whose blocks were kept).
     pub counters: Counters,
+    /// Sound headers whose size cannot be believed (their blocks are left out of `blocks`),
+    /// and lists read whole whose blocks do not add up to their counters.
+    pub size_problems: Vec<Problem>,
 }
 
 impl Walk {
-    /// Lists that no attempt saw whole.
+    /// Lists that no attempt saw whole, broken or moving.
+    #[cfg(test)]
     pub fn inconsistent(&self) -> usize {
         self.lists.iter().filter(|l| !l.consistent).count()
+    }
+
+    /// Lists a running process changed throughout the walk: not broken, but never read whole.
+    pub fn moving(&self) -> usize {
+        self.lists
+            .iter()
+            .filter(|l| !l.consistent && l.problem.is_none())
+            .count()
+    }
+
+    /// Everything wrong that the walk met: where lists broke, then sizes not believed.
+    pub fn problems(&self) -> Vec<&Problem> {
+        self.lists
+            .iter()
+            .filter_map(|l| l.problem.as_ref())
+            .chain(&self.size_problems)
+            .collect()
     }
 
     pub fn live_bytes(&self) -> u64 {
@@ -519,7 +564,132 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
         out.counters.add(&read.counters);
         out.lists.push(read);
     }
+    check_sizes(mem, layout, &mut out, opts.strict)?;
     Ok(out)
+}
+
+/// Leaves out of `w.blocks` (and sorts by address) the blocks whose size cannot be believed
+/// (see `analysis::fit`), each a problem naming its header; then, for every list read whole,
+/// checks that its blocks add up to its counters, which a size overwritten to a plausible
+/// number breaks. A running process's block that does not fit is read again first: one freed
+/// and its memory reused under the walk is dropped as moved, not taken for corruption.
+fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Result<(), Denied> {
+    let hs = l.header_size;
+    w.blocks.sort_unstable_by_key(|b| b.addr);
+    let mut regions = mem.regions();
+    regions.sort_unstable_by_key(|m| m.start);
+    let mut region = |a: usize| {
+        crate::analysis::maps::find(&regions, a)
+            .filter(|m| m.readable)
+            .map(|m| (m.start, m.end))
+    };
+    let mut misfits = Vec::new();
+    let blocks = &w.blocks;
+    fit::check_sizes(
+        blocks.len(),
+        hs as usize,
+        &|i| (blocks[i].addr as usize, blocks[i].size as usize),
+        (!regions.is_empty()).then_some(&mut region as &mut dyn FnMut(usize) -> Option<(usize, usize)>),
+        &mut |i, why| misfits.push((i, why)),
+    );
+    let mut dropped = vec![false; if misfits.is_empty() { 0 } else { blocks.len() }];
+    let mut misfit_lists = HashSet::new();
+    let mut header = vec![0u8; hs as usize];
+    for (i, why) in misfits {
+        let b = w.blocks[i];
+        if !strict {
+            // Read again now: a header that changed was freed (or moved) under the walk.
+            let next = match why {
+                Misfit::NextHeader(_) => w.blocks[i + 1..]
+                    .iter()
+                    .position(|n| n.addr != b.addr)
+                    .map(|k| i + 1 + k),
+                _ => None,
+            };
+            let mut stale = None;
+            for k in std::iter::once(i).chain(next) {
+                if changed(mem, l, &w.blocks[k], &mut header)? {
+                    stale = Some(k);
+                    break;
+                }
+            }
+            if let Some(k) = stale {
+                dropped[k] = true;
+                w.lists[w.blocks[k].list as usize].consistent = false;
+                continue;
+            }
+        }
+        dropped[i] = true;
+        misfit_lists.insert(b.list);
+        let h = b.addr - hs;
+        let past = match why {
+            Misfit::NextHeader(n) => format!("runs past the next block's header at {n:#x}"),
+            Misfit::Memory(0) => "lies in no readable memory".to_owned(),
+            Misfit::Memory(end) => format!("runs past the readable memory around it, which ends at {end:#x}"),
+            Misfit::Overflow => "runs past the end of the address space".to_owned(),
+        };
+        w.size_problems.push(Problem {
+            list: Some(b.list as u64),
+            addr: Some(h),
+            text: format!(
+                "header {h:#x} was overwritten: its size, {} bytes, {past}; the block is left out",
+                b.size
+            ),
+            header: Some(h),
+        });
+    }
+    if !dropped.is_empty() {
+        let mut k = dropped.iter();
+        w.blocks.retain(|_| !*k.next().unwrap_or(&false));
+    }
+    // A list read whole must add up to its own counters, which the library keeps in step with
+    // every link and unlink. (Without sequence counters a running process's list may have
+    // moved between the two reads.)
+    if !strict && l.list_off_changes.is_none() {
+        return Ok(());
+    }
+    let mut walked = vec![(0u64, 0u64); w.lists.len()];
+    for b in &w.blocks {
+        let e = &mut walked[b.list as usize];
+        e.0 += 1;
+        e.1 = e.1.saturating_add(b.size);
+    }
+    for (i, li) in w.lists.iter().enumerate() {
+        let (n, bytes) = walked[i];
+        let c = &li.counters;
+        if !li.consistent
+            || li.problem.is_some()
+            || misfit_lists.contains(&(i as u16))
+            || (n, bytes) == (c.live_blocks, c.live_bytes)
+        {
+            continue;
+        }
+        w.size_problems.push(Problem {
+            list: Some(i as u64),
+            addr: Some(li.addr),
+            text: format!(
+                "its blocks add up to {bytes} bytes in {n}, but its counters say {} bytes in {}: a \
+                 size or a counter was overwritten, so totals may be off by {} bytes",
+                c.live_bytes,
+                c.live_blocks,
+                bytes.abs_diff(c.live_bytes)
+            ),
+            header: None,
+        });
+    }
+    Ok(())
+}
+
+/// Whether block `b`'s header, read again from the process, is no longer what the walk read.
+fn changed(mem: &dyn Memory, l: &Layout, b: &Block, buf: &mut [u8]) -> Result<bool, Denied> {
+    let h = b.addr - l.header_size;
+    mem.forget_range(h, l.header_size);
+    Ok(
+        match read_header(mem, l, b.list as u64, h, buf, false).map_err(Denied)? {
+            Ok(f) => f.handed || f.size != b.size,
+            Err(_) => true,
+        },
+    )
 }
 
 /// Buffers reused from list to list.
@@ -594,6 +764,7 @@ fn read_list(
                 list: Some(i),
                 addr: Some(base),
                 text: format!("the list at {base:#x} cannot be read"),
+                header: None,
             }),
         }),
     };
@@ -699,10 +870,17 @@ fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
             format!("header {h:#x}, reached from {came}: it names list {o}; rest of the list lost")
         }
     };
+    // What a write changed: the header whose `next` leads nowhere, or the one that does not
+    // read as a header of this list.
+    let header = match bad {
+        Bad::Misaligned | Bad::Unreadable => (prev != 0).then_some(prev),
+        Bad::Magic(_) | Bad::OtherList(_) => Some(h),
+    };
     Problem {
         list: Some(i),
         addr: Some(h),
         text,
+        header,
     }
 }
 
@@ -736,7 +914,10 @@ fn walk_headers(
     s: &mut ListScratch,
     strict: bool,
 ) -> Result<HeaderWalk, std::io::Error> {
-    let cap = counted.saturating_add(64 + counted / 8).min(1 << 32);
+    // The list's own count says how long it is, but a count is a word of the image like any
+    // other: no list is longer than the image has room for headers.
+    let room = mem.bound() / l.header_size.max(1) + 1;
+    let cap = counted.saturating_add(64 + counted / 8).min(1 << 32).min(room);
     let hs = l.header_size;
     let mut walk = HeaderWalk {
         problem: None,
@@ -753,6 +934,7 @@ fn walk_headers(
                 text: format!(
                     "list goes on past {cap} blocks though its live count is {counted}; stopped there"
                 ),
+                header: None,
             });
             break;
         }
@@ -813,6 +995,7 @@ fn walk_headers(
                             ""
                         }
                     ),
+                    header: Some(h),
                 });
                 break;
             }
@@ -823,6 +1006,7 @@ fn walk_headers(
                 list: Some(i),
                 addr: Some(h),
                 text: format!("comes back to header {h:#x}"),
+                header: None,
             });
             break;
         }
@@ -960,11 +1144,12 @@ pub mod tests {
     pub const DESC: u64 = 0x1000;
     pub const LISTS: u64 = 0x2000;
     pub const FLAGS: u64 = 0x3000;
+    pub const CHECKS: u64 = 0x4000;
     const STRIDE: u64 = 128;
     const NLISTS: u64 = 2;
 
     /// The fields of a descriptor of this crate's own layout, two lists.
-    const FAKE_FIELDS: [(&str, u64); 33] = [
+    const FAKE_FIELDS: [(&str, u64); 34] = [
         (field::HEADER_SIZE, 112),
         (field::NFRAMES, 10),
         (field::OFF_NEXT, 0),
@@ -998,12 +1183,15 @@ pub mod tests {
         (field::LIST_OFF_HANDED_BYTES, 80),
         (field::LIST_OFF_DRAINED_BLOCKS, 88),
         (field::LIST_OFF_DRAINED_BYTES, 96),
+        (field::CHECKS, CHECKS),
     ];
 
     /// A process with the descriptor at `DESC` and two empty lists.
     pub fn fake_process() -> FakeMemory {
         let m = FakeMemory::default();
-        m.put(DESC, &descriptor::encode(&FAKE_FIELDS));
+        let (desc, checks) = descriptor::encode(&FAKE_FIELDS);
+        m.put(DESC, &desc);
+        m.put(CHECKS, &checks);
         m.put_u64(FLAGS, FLAG_RECORDING);
         for i in 0..NLISTS {
             m.put(LISTS + i * STRIDE, &[0u8; STRIDE as usize]);
@@ -1039,8 +1227,8 @@ pub mod tests {
     fn walks_every_list_and_groups_stacks() {
         let m = fake_process();
         link(&m, 0, 0x10000, 100, 7, &[0xa, 0xb]);
-        link(&m, 0, 0x10100, 200, 7, &[0xa, 0xb]);
-        link(&m, 1, 0x10200, 300, 8, &[0xc]);
+        link(&m, 0, 0x10400, 200, 7, &[0xa, 0xb]);
+        link(&m, 1, 0x10800, 300, 8, &[0xc]);
         let l = Layout::read(&m, DESC).unwrap();
         assert_eq!(l.version, descriptor::VERSION);
         assert_eq!(l.flags(&m).unwrap(), FLAG_RECORDING);
@@ -1051,7 +1239,7 @@ pub mod tests {
         assert_eq!(w.counters.live_blocks, 3);
         assert_eq!(w.counters.live_bytes, 600);
         assert_eq!(w.stacks.len(), 2, "two distinct stacks: {:?}", w.stacks);
-        let b = w.blocks.iter().find(|b| b.addr == 0x10200 + 112).unwrap();
+        let b = w.blocks.iter().find(|b| b.addr == 0x10800 + 112).unwrap();
         assert_eq!(
             (b.size, b.tid, &w.stacks[b.stack as usize][..]),
             (300, 8, &[0xc][..])
@@ -1062,11 +1250,11 @@ pub mod tests {
     fn a_block_handed_to_its_owner_is_walked_past_and_counted_as_freed() {
         let m = fake_process();
         link(&m, 0, 0x10000, 100, 7, &[0xa]);
-        link(&m, 0, 0x10100, 200, 8, &[0xb]);
-        link(&m, 0, 0x10200, 300, 7, &[0xa]);
+        link(&m, 0, 0x10400, 200, 8, &[0xb]);
+        link(&m, 0, 0x10800, 300, 7, &[0xa]);
         // Another thread freed the middle block: handed, still linked, counted as live by the
         // owner's counters, and once in the handed ones.
-        m.put(0x10100 + 108, &0xd3e3_f4edu32.to_le_bytes());
+        m.put(0x10400 + 108, &0xd3e3_f4edu32.to_le_bytes());
         let base = LISTS;
         m.put_u64(base + 72, 1);
         m.put_u64(base + 80, 200);
@@ -1076,7 +1264,7 @@ pub mod tests {
             assert_eq!(w.inconsistent(), 0, "{:?}", w.lists[0]);
             let mut addrs: Vec<_> = w.blocks.iter().map(|b| b.addr - 112).collect();
             addrs.sort_unstable();
-            assert_eq!(addrs, [0x10000, 0x10200]);
+            assert_eq!(addrs, [0x10000, 0x10800]);
             assert_eq!((w.counters.live_blocks, w.counters.live_bytes), (2, 400));
             assert_eq!(w.counters.allocs - w.counters.frees, 2);
         }
@@ -1091,9 +1279,9 @@ pub mod tests {
     fn a_loop_or_a_bad_header_ends_the_attempt_and_is_reported() {
         let m = fake_process();
         link(&m, 0, 0x10000, 100, 7, &[0xa]);
-        link(&m, 0, 0x10100, 200, 7, &[0xa]);
+        link(&m, 0, 0x10400, 200, 7, &[0xa]);
         // Make the tail point back at the head: a torn read could show this.
-        m.put_u64(0x10000, 0x10100);
+        m.put_u64(0x10000, 0x10400);
         let l = Layout::read(&m, DESC).unwrap();
         let w = walk(
             &m,
@@ -1150,7 +1338,7 @@ pub mod tests {
     #[test]
     fn a_block_freed_under_the_walk_is_stepped_over() {
         let m = fake_process();
-        let (a, b, c) = (0x10000, 0x10100, 0x10200);
+        let (a, b, c) = (0x10000, 0x10400, 0x10800);
         link(&m, 0, c, 300, 7, &[0xc]);
         link(&m, 0, b, 200, 7, &[0xb]);
         link(&m, 0, a, 100, 7, &[0xa]);
@@ -1262,6 +1450,7 @@ pub mod tests {
                     magic_handed: None,
                     list_off_hand: None,
                     history: None,
+                    sealed: Sealed::Older,
                     ..now
                 }
             )
@@ -1273,19 +1462,91 @@ pub mod tests {
         let m = fake_process();
         // The value of the thirteenth entry, `nlists`.
         let nlists = DESC + (descriptor::HEAD_LEN + 12 * descriptor::ENTRY_LEN + descriptor::NAME_LEN) as u64;
-        m.put_u64(nlists, 1 << 40);
-        assert!(matches!(Layout::read(&m, DESC), Err(LayoutError::Invalid(_))));
-        m.put_u64(nlists, NLISTS);
-        // A field renamed is a field missing, and named as such.
-        m.put(nlists - descriptor::NAME_LEN as u64, b"nlistz");
-        let Err(LayoutError::Invalid(why)) = Layout::read(&m, DESC) else {
-            panic!("a descriptor without nlists accepted")
+        let refused = |m: &FakeMemory| match Layout::read(m, DESC) {
+            Err(LayoutError::Invalid(why)) => why,
+            other => panic!("a changed descriptor was not refused: {other:?}"),
         };
-        assert_eq!(why, "the descriptor has no field nlists");
+        // Its checks name the field that changed, even to a number that would pass for true.
+        for value in [1 << 40, 3] {
+            m.put_u64(nlists, value);
+            let why = refused(&m);
+            assert!(why.contains("field nlists (field 13, holding"), "{why}");
+        }
+        m.put_u64(nlists, NLISTS);
+        m.put(nlists - descriptor::NAME_LEN as u64, b"nlistz");
+        assert!(refused(&m).contains("field nlistz"), "{}", refused(&m));
+        // Checks never written (a process read as it starts) are said to be missing, and the
+        // fields are still checked one by one: a field renamed is a field missing.
+        m.put(CHECKS, &[0u8; 8 * 35]);
+        assert_eq!(refused(&m), "the descriptor has no field nlists");
+        m.put(nlists - descriptor::NAME_LEN as u64, b"nlists");
+        assert_eq!(Layout::read(&m, DESC).unwrap().sealed, Sealed::Unwritten);
         m.put_u64(DESC + 8, 9);
         let Err(LayoutError::Invalid(why)) = Layout::read(&m, DESC) else {
             panic!("version 9 accepted")
         };
         assert!(why.contains("version 9"), "{why}");
+    }
+
+    /// A size that cannot be true (it runs past the next block's header) leaves its block out,
+    /// named by its header; one that could be true but does not add up to its list's counters
+    /// is said of the list. In a core and in a running process alike.
+    #[test]
+    fn a_size_not_believed_is_left_out_and_one_that_does_not_add_up_is_said() {
+        let m = fake_process();
+        link(&m, 0, 0x10000, 100, 7, &[0xa]);
+        link(&m, 0, 0x10400, 200, 7, &[0xa]);
+        link(&m, 1, 0x10800, 300, 8, &[0xc]);
+        let l = Layout::read(&m, DESC).unwrap();
+        m.put_u64(0x10000 + 96, 100_000);
+        for opts in [WalkOptions::still(), WalkOptions::default()] {
+            let w = walk(&m, &l, opts).unwrap();
+            let addrs: Vec<u64> = w.blocks.iter().map(|b| b.addr - 112).collect();
+            assert_eq!(addrs, [0x10400, 0x10800], "sorted, the broken one left out");
+            let p: Vec<&Problem> = w.problems();
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert_eq!((p[0].list, p[0].header), (Some(0), Some(0x10000)));
+            assert!(
+                p[0].text
+                    .contains("its size, 100000 bytes, runs past the next block's header at 0x10400"),
+                "{}",
+                p[0].text
+            );
+            assert_eq!(w.moving(), 0, "corruption is no list moving");
+        }
+        m.put_u64(0x10000 + 96, 100);
+        m.put_u64(0x10800 + 96, 250 | 1 << 48);
+        let w = walk(&m, &l, WalkOptions::still()).unwrap();
+        assert_eq!(w.blocks.len(), 3);
+        let p = w.problems();
+        assert_eq!((p.len(), p[0].list, p[0].header), (1, Some(1), None));
+        assert!(
+            p[0].text
+                .contains("its blocks add up to 250 bytes in 1, but its counters say 300 bytes in 1"),
+            "{}",
+            p[0].text
+        );
+    }
+
+    /// Any one byte of the descriptor or of its checks changed, to any of a few values, and
+    /// the descriptor is refused: never read as if nothing happened.
+    #[test]
+    fn no_changed_byte_of_a_descriptor_goes_unnoticed() {
+        let (desc, checks) = descriptor::encode(&FAKE_FIELDS);
+        let whole = fake_process();
+        assert_eq!(Layout::read(&whole, DESC).unwrap().sealed, Sealed::Verified);
+        for (base, bytes) in [(DESC, &desc), (CHECKS, &checks)] {
+            for i in 0..bytes.len() as u64 {
+                for flip in [0x01u8, 0x80, 0xff] {
+                    let m = fake_process();
+                    m.put(base + i, &[bytes[i as usize] ^ flip]);
+                    assert!(
+                        Layout::read(&m, DESC).is_err(),
+                        "byte {i} of the {} xor {flip:#x} went unnoticed",
+                        if base == DESC { "descriptor" } else { "checks" }
+                    );
+                }
+            }
+        }
     }
 }

@@ -55,6 +55,29 @@ impl HistoryLayout {
             kind_free: w(field::EVENT_KIND_FREE)?,
             kind_alloc: w(field::EVENT_KIND_ALLOC)?,
         };
+        // Every field of an event must lie inside it: an offset past its end would send the
+        // reads of every event out of the buffer.
+        let nframes = w(field::NFRAMES)?.min(64);
+        let words = [
+            (h.off_seq, 8),
+            (h.off_addr, 8),
+            (h.off_size, 8),
+            (h.off_time, 8),
+            (h.off_tid, 4),
+            (h.off_alloc_tid, 4),
+            (h.off_kind, 4),
+            (h.off_alloc_frames, 8 * nframes),
+            (h.off_free_frames, 8 * nframes),
+        ];
+        if let Some((off, _)) = words
+            .iter()
+            .find(|&&(off, width)| off.saturating_add(width) > h.event_size)
+        {
+            return Err(format!(
+                "an event field at offset {off} lies past the end of its {}-byte events",
+                h.event_size
+            ));
+        }
         if h.nrings > 4096 || !(16..=1 << 16).contains(&h.event_size) {
             return Err(format!(
                 "a history of {} rings of {}-byte events",
@@ -91,7 +114,7 @@ pub struct Event {
 impl Event {
     /// Whether `addr` lies in the block (a zero-sized block still owns its first byte).
     pub fn holds(&self, addr: u64) -> bool {
-        (self.addr..self.addr + self.size.max(1)).contains(&addr)
+        (self.addr..self.addr.saturating_add(self.size.max(1))).contains(&addr)
     }
 }
 
@@ -137,7 +160,15 @@ pub fn read(mem: &dyn Memory, layout: &Layout) -> Result<History, Absent> {
         }
         let count = mem.u64_fresh(ring + h.ring_off_count).map_err(Absent::Read)?;
         let cap = mem.u64_at(ring + h.ring_off_capacity).map_err(Absent::Read)?;
-        if cap == 0 || cap > 1 << 24 {
+        // The buffer for the ring is sized from the ring's own word: only a ring that lies
+        // whole in the readable memory around it is believed, so a wild capacity can never
+        // ask for more memory than the image has.
+        let bytes = cap.saturating_mul(h.event_size);
+        let start = ring.saturating_add(h.ring_off_events);
+        let fits = mem
+            .extent(ring)
+            .is_some_and(|(s, e)| s <= start && start.saturating_add(bytes) <= e);
+        if cap == 0 || cap > 1 << 24 || !fits {
             continue;
         }
         out.rings += 1;

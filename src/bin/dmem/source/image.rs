@@ -102,6 +102,10 @@ impl Target {
 fn unreadable(path: &Path, e: std::io::Error) -> crate::Fail {
     match e.kind() {
         std::io::ErrorKind::NotFound => usage(format!("{}: no such file", show(path))),
+        std::io::ErrorKind::InvalidInput => usage(format!(
+            "{}: {e}; name a core file, a program and its core, or a PID",
+            show(path)
+        )),
         _ => usage(format!("cannot read {}: {e}", show(path))),
     }
 }
@@ -210,8 +214,26 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
             }
             None => Err(LocateError::NotLoaded),
         },
+        // A library rebuilt at the same path since the core was taken: its symbol points
+        // elsewhere than the core's copy of the descriptor, which its magic still finds.
+        Err(LocateError::Unreadable { lib, why }) => match heapwalk::locate_by_magic(&dump, &maps) {
+            Some((layout, found)) => {
+                eprintln!(
+                    "dmem: note: {} is not the build the core was taken with (its dmem_layout \
+                     symbol points elsewhere); the core's layout descriptor was found by its magic",
+                    show(&found)
+                );
+                Ok((layout, found))
+            }
+            None => Err(LocateError::Unreadable { lib, why }),
+        },
         other => other,
     };
+    if let Ok((layout, lib)) = &found {
+        if let Some(line) = layout.unsealed_warning(lib) {
+            eprintln!("{line}");
+        }
+    }
     let (layout, lib) = found.map_err(|e| match e {
         LocateError::NotLoaded => failed(format!(
             "{name} has no libdmem.so loaded (no mapped object exports dmem_layout): the program \

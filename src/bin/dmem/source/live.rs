@@ -57,6 +57,9 @@ pub fn open(pid: i32) -> Result<LiveProcess> {
             )))
         }
     };
+    if let Some(line) = layout.unsealed_warning(&lib) {
+        eprintln!("{line}");
+    }
     if layout.list_off_changes.is_none() {
         eprintln!(
             "dmem: note: {} in process {pid} is an older build (layout version {}) without the lists' \

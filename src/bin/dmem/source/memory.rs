@@ -80,6 +80,21 @@ pub trait Memory {
     fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         Vec::new()
     }
+
+    /// At most how many bytes the image holds: what bounds a walk whose own words (a list's
+    /// count, a link) may say anything. A core: its file's size; a process: its mappings.
+    fn bound(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// The bytes of the readable mappings of `regions`.
+fn readable_bytes(regions: &[crate::analysis::maps::Mapping]) -> u64 {
+    regions
+        .iter()
+        .filter(|m| m.readable)
+        .map(|m| (m.end - m.start) as u64)
+        .sum()
 }
 
 /// A hasher for addresses: one multiplication. Keys are addresses read by this process, not
@@ -270,6 +285,10 @@ impl Memory for LiveMemory {
             .unwrap_or_default()
     }
 
+    fn bound(&self) -> u64 {
+        readable_bytes(&self.regions())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         let mut done = 0usize;
         while done < buf.len() {
@@ -426,6 +445,10 @@ impl Memory for CopiedMemory {
 
     fn regions(&self) -> Vec<crate::analysis::maps::Mapping> {
         self.maps.regions()
+    }
+
+    fn bound(&self) -> u64 {
+        readable_bytes(&self.regions())
     }
 }
 
