@@ -293,7 +293,7 @@ pub fn parse() {
 fn warn_bad(word: &[u8]) {
     let mut out = sink::stderr();
     out.str("dmem: ignoring unknown or malformed option '")
-        .bytes(word)
+        .escaped(word)
         .str("' in DMEM_OPTS; valid options: ");
     for (i, s) in TABLE.iter().enumerate() {
         if i > 0 {

@@ -36,6 +36,14 @@ impl Out {
         self.bytes(s.as_bytes())
     }
 
+    /// Input echoed back (an option, a path), its control characters made visible.
+    pub fn escaped(&mut self, b: &[u8]) -> &mut Out {
+        crate::analysis::escape::escape(b, &mut |piece| {
+            self.bytes(piece);
+        });
+        self
+    }
+
     pub fn dec(&mut self, v: u64) -> &mut Out {
         self.bytes(decimal(v, &mut [0; 20]))
     }

@@ -204,7 +204,7 @@ pub fn init_files(trace_file: &'static [u8], trace_stderr: bool, report_file: &'
         if let Some(fd) = stderr_fd() {
             let mut out = Out::to_fd(fd);
             out.str("dmem: cannot open trace-file '")
-                .bytes(cstr(trace_file))
+                .escaped(cstr(trace_file))
                 .str("'; tracing to stderr\n")
                 .flush();
         }
@@ -276,7 +276,7 @@ pub fn report_fd() -> Option<i32> {
         if let Some(fd) = stderr_fd() {
             let mut out = Out::to_fd(fd);
             out.str("dmem: cannot open or write report-file '")
-                .bytes(p)
+                .escaped(p)
                 .str("'; writing the leak report to stderr\n")
                 .flush();
             return Some(fd);

@@ -12,6 +12,7 @@ pub mod arena;
 // launcher and the integration tests.
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod descriptor;
+pub mod escape;
 pub mod fit;
 pub mod maps;
 pub mod reach;

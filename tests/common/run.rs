@@ -79,6 +79,24 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// Limits the address space of what `cmd` starts to `bytes` (RLIMIT_AS), so a run that would
+/// grow without bound fails an allocation instead of taking the machine's memory.
+pub fn memory_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
+    // SAFETY: setrlimit is async-signal-safe and changes only the child's own limits.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// `prog args` with no preloading at all (whatever the test's own environment has).
 pub fn bare(prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
     let mut cmd = Command::new(prog);

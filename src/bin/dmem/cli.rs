@@ -751,9 +751,19 @@ pub fn no_words(word: Option<OsString>, hint: &str) -> crate::Result<()> {
     }
 }
 
-/// A path for messages: lossy, but readable.
+/// A path (or any word of input) for messages: its control characters and bytes that are not
+/// UTF-8 shown as escapes, so a name can never act on the terminal that prints it.
 pub fn show(p: impl AsRef<OsStr>) -> String {
-    p.as_ref().to_string_lossy().into_owned()
+    use std::os::unix::ffi::OsStrExt;
+    escaped(p.as_ref().as_bytes())
+}
+
+/// Text that echoes input, as `show` writes it.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len());
+    crate::analysis::escape::escape(bytes, &mut |piece| out.extend_from_slice(piece));
+    // Only valid UTF-8 and ASCII escapes come out.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -72,8 +72,10 @@ fn main() {
             match dispatch(cli.command) {
                 Ok(status) => status,
                 Err(fail) => {
-                    // One line, whatever the message held, so scripts and people can rely on it.
-                    eprintln!("dmem {name}: {}", fail.msg.replace('\n', " "));
+                    // One line, whatever the message held, so scripts and people can rely on it,
+                    // and whatever input it echoes cannot act on the terminal.
+                    let msg = cli::escaped(fail.msg.replace('\n', " ").as_bytes());
+                    eprintln!("dmem {name}: {msg}");
                     fail.status
                 }
             }
@@ -83,6 +85,7 @@ fn main() {
             status
         }
         Err(cli::Early::Mistake(sub, msg)) => {
+            let msg = cli::escaped(msg.as_bytes());
             match sub {
                 Some(cmd) => eprintln!("dmem {cmd}: {msg}"),
                 None => eprintln!("dmem: {msg}"),

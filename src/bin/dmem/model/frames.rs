@@ -6,8 +6,12 @@ use crate::model::symbolize::{Frame, Symbolizer};
 use serde::Serialize;
 use std::path::Path;
 
-/// A frame as one line of text.
+/// A frame as one line of text; names read from an image are shown escaped.
 pub fn text(f: &Frame) -> String {
+    crate::cli::escaped(raw_text(f).as_bytes())
+}
+
+fn raw_text(f: &Frame) -> String {
     let mut s = match &f.function {
         Some(name) => match f.offset {
             Some(o) if !f.inlined => format!("{name}+{o:#x}"),

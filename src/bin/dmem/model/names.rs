@@ -95,7 +95,8 @@ impl Names {
         let name = demangle(&s.name);
         let off = addr - s.addr;
         let name = if off == 0 { name } else { format!("{name} + {off}") };
-        Some(format!("{name} in {} of {}", s.section, t.lib))
+        let text = format!("{name} in {} of {}", s.section, t.lib);
+        Some(crate::cli::escaped(text.as_bytes()))
     }
 
     /// Every `vtable for X` symbol (`_ZTV...`), by address.
@@ -141,9 +142,8 @@ impl Vtables {
     pub fn type_name(&self, k: usize) -> String {
         let mangled = &self.rows[k].2;
         let d = demangle(mangled);
-        d.strip_prefix("vtable for ")
-            .map(str::to_owned)
-            .unwrap_or_else(|| mangled.clone())
+        let name = d.strip_prefix("vtable for ").unwrap_or(mangled);
+        crate::cli::escaped(name.as_bytes())
     }
 
     /// The type of a mangled vtable symbol a user named, if there is such a vtable.

@@ -685,7 +685,8 @@ fn changed(mem: &dyn Memory, l: &Layout, b: &Block, buf: &mut [u8]) -> Result<bo
     let h = b.addr - l.header_size;
     mem.forget_range(h, l.header_size);
     Ok(
-        match read_header(mem, l, b.list as u64, h, buf, false).map_err(Denied)? {
+        // Read as a strict walk reads it: the list it names is not what is asked here.
+        match read_header(mem, l, b.list as u64, h, buf, true, None).map_err(Denied)? {
             Ok(f) => f.handed || f.size != b.size,
             Err(_) => true,
         },
@@ -938,12 +939,12 @@ fn walk_headers(
             });
             break;
         }
-        let mut fields = read_header(mem, l, i, h, &mut s.header, strict)?;
+        let mut fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
         if fields.is_err() && !strict && recoveries < MAX_RECOVERIES {
             recoveries += 1;
             walk.moved = true;
             mem.forget_range(h, hs);
-            fields = read_header(mem, l, i, h, &mut s.header, strict)?;
+            fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
             if fields.is_err() {
                 // Freed under the walk: go on from whatever now follows the header before it
                 // (or from the list's head, if it was the first).
@@ -951,7 +952,7 @@ fn walk_headers(
                     Some(b) => {
                         let p = b.addr - hs;
                         mem.forget_range(p, hs);
-                        match read_header(mem, l, i, p, &mut s.header, strict)? {
+                        match read_header(mem, l, i, p, &mut s.header, strict, None)? {
                             Ok(f) => Some(f.next),
                             Err(_) => None,
                         }
@@ -1056,7 +1057,10 @@ struct HeaderFields {
 
 /// Reads the header at `h` into `buf` and checks it: aligned, readable, live, and (unless
 /// `strict`, which reports it later instead) on list `i`. The inner `Err` says why it is not
-/// believed.
+/// believed. A header that names another list but whose back link is `came_from` is linked
+/// right here whatever its size word says (a write changed that word, which `verify` reports
+/// and the size check judges), so it is believed as a strict walk believes it: the same answer
+/// in a core and in a running process.
 fn read_header(
     mem: &dyn Memory,
     l: &Layout,
@@ -1064,6 +1068,7 @@ fn read_header(
     h: u64,
     buf: &mut [u8],
     strict: bool,
+    came_from: Option<u64>,
 ) -> Result<Result<HeaderFields, Bad>, std::io::Error> {
     // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
     if !h.is_multiple_of(8) {
@@ -1087,7 +1092,7 @@ fn read_header(
         (word >> shift) & mask
     };
     let list = field(l.size_list_shift, l.size_list_bits);
-    if list != i && !strict {
+    if list != i && !strict && came_from != Some(u64_at(l.off_prev)) {
         return Ok(Err(Bad::OtherList(list)));
     }
     Ok(Ok(HeaderFields {

@@ -36,6 +36,15 @@ pub fn open(pid: i32) -> Result<LiveProcess> {
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_owned())
         .map_err(|_| failed(format!("there is no process {pid}")))?;
+    // A zombie has no memory left, so no mapping and no library: said as what it is, not as a
+    // process started without the library.
+    if !alive(pid) && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(failed(format!(
+            "process {pid} ({}) has exited (a zombie its parent has not reaped), so there is no \
+             memory left to read",
+            crate::cli::show(&name)
+        )));
+    }
     let maps = Mappings::of_process(pid).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => failed(format!("process {pid} ended")),
         _ => refused(pid, &e),

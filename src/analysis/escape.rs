@@ -1,0 +1,58 @@
+//! Input echoed in a message, with its control characters made visible: an option, a path or
+//! a name read from a core can hold an escape sequence, and printed raw it would move the
+//! cursor, clear the screen or retitle the terminal of whoever reads the message. The library's
+//! warnings (written without allocating) and the launcher's messages escape the same way.
+
+/// Calls `emit` with `bytes` piece by piece, each control character written as `\xNN` (`\u{NN}`
+/// for the C1 controls, U+0080 to U+009F) and each byte that is not part of valid UTF-8 as
+/// `\xNN`; everything else as it was.
+pub fn escape(bytes: &[u8], emit: &mut dyn FnMut(&[u8])) {
+    for chunk in bytes.utf8_chunks() {
+        let text = chunk.valid();
+        let mut from = 0;
+        for (at, c) in text.char_indices() {
+            if !c.is_control() {
+                continue;
+            }
+            emit(&text.as_bytes()[from..at]);
+            let code = c as u32;
+            let digits = [hex(code >> 4), hex(code)];
+            if code < 0x80 {
+                emit(b"\\x");
+                emit(&digits);
+            } else {
+                emit(b"\\u{");
+                emit(&digits);
+                emit(b"}");
+            }
+            from = at + c.len_utf8();
+        }
+        emit(&text.as_bytes()[from..]);
+        for &b in chunk.invalid() {
+            emit(&[b'\\', b'x', hex(b as u32 >> 4), hex(b as u32)]);
+        }
+    }
+}
+
+fn hex(v: u32) -> u8 {
+    b"0123456789abcdef"[(v & 15) as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(b: &[u8]) -> String {
+        let mut out = Vec::new();
+        escape(b, &mut |p| out.extend_from_slice(p));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn controls_and_broken_bytes_are_shown_and_the_rest_kept() {
+        assert_eq!(escaped(b"plain/path.c"), "plain/path.c");
+        assert_eq!(escaped(b"a\x1b[2Jb\n\x7f"), "a\\x1b[2Jb\\x0a\\x7f");
+        assert_eq!(escaped("é\u{9b}31m".as_bytes()), "é\\u{9b}31m");
+        assert_eq!(escaped(b"x\xffy\xc3"), "x\\xffy\\xc3");
+    }
+}
