@@ -515,6 +515,9 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
     let mut out = Walk::default();
     let mut interned: HashMap<Box<[u64]>, u32, AddrHash> = HashMap::default();
     let (mut scratch, mut best) = (ListScratch::default(), ListScratch::default());
+    // A list's own count says how long it is, but a count is a word of the image like any
+    // other: no list is longer than the image has room for headers.
+    let room = mem.bound() / layout.header_size.max(1) + 1;
     for i in 0..layout.nlists {
         let mut read = ListRead {
             addr: layout.list_addr(i),
@@ -525,7 +528,7 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
         for attempt in 1..=attempts {
             read.attempts = attempt;
             scratch.clear();
-            let r = read_list(mem, layout, i, &mut scratch, opts.strict)?;
+            let r = read_list(mem, layout, i, &mut scratch, opts.strict, room)?;
             // Of attempts that were not whole, the one that read the most blocks is kept: an
             // attempt is cut short where the list changed under it.
             if r.whole || attempt == 1 || scratch.blocks.len() > best.blocks.len() {
@@ -745,6 +748,7 @@ fn read_list(
     i: u64,
     s: &mut ListScratch,
     strict: bool,
+    room: u64,
 ) -> Result<ListOutcome, Denied> {
     let fatal = |e: ReadError| match e {
         ReadError::Denied(e) => Some(Denied(e)),
@@ -795,6 +799,7 @@ fn read_list(
         word_at(&raw, l.list_off_live_blocks),
         s,
         strict,
+        room,
     )
     .map_err(Denied)?;
     let after = match read_seq() {
@@ -914,11 +919,13 @@ fn walk_headers(
     counted: u64,
     s: &mut ListScratch,
     strict: bool,
+    room: u64,
 ) -> Result<HeaderWalk, std::io::Error> {
-    // The list's own count says how long it is, but a count is a word of the image like any
-    // other: no list is longer than the image has room for headers.
-    let room = mem.bound() / l.header_size.max(1) + 1;
-    let cap = counted.saturating_add(64 + counted / 8).min(1 << 32).min(room);
+    // `room`: as many headers as the image can hold, whatever the list's count says.
+    let cap = counted
+        .min(room)
+        .saturating_add(64 + counted.min(room) / 8)
+        .min(1 << 32);
     let hs = l.header_size;
     let mut walk = HeaderWalk {
         problem: None,
