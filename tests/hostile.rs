@@ -291,6 +291,10 @@ fn descriptors(core: &[u8]) -> Vec<usize> {
 
 /// The offset of field `name`'s value in the descriptor at `at`.
 fn field_value(core: &[u8], at: usize, name: &str) -> usize {
+    find_field(core, at, name).unwrap_or_else(|| panic!("no field {name}"))
+}
+
+fn find_field(core: &[u8], at: usize, name: &str) -> Option<usize> {
     use common::descriptor::{ENTRY_LEN, HEAD_LEN, NAME_LEN};
     let n = u64::from_le_bytes(core[at + 16..at + 24].try_into().unwrap()) as usize;
     (0..n)
@@ -299,8 +303,7 @@ fn field_value(core: &[u8], at: usize, name: &str) -> usize {
             let field = &core[e..e + NAME_LEN];
             field.starts_with(name.as_bytes()) && field[name.len()] == 0
         })
-        .unwrap_or_else(|| panic!("no field {name}"))
-        + NAME_LEN
+        .map(|e| e + NAME_LEN)
 }
 
 /// One word of the core's descriptor changed (the offset of the size in a header, the lists'
@@ -489,8 +492,9 @@ fn targets(core: &[u8], core_path: &Path, heap_addr: u64) -> Targets {
         let n = u64::from_le_bytes(core[at + 16..at + 24].try_into().unwrap()) as usize;
         let len = common::descriptor::HEAD_LEN + n * common::descriptor::ENTRY_LEN;
         descriptor.push(at..at + len);
-        let checks = u64::from_le_bytes(core[field_value(core, at, "checks")..][..8].try_into().unwrap());
-        if let Some(c) = file_of(checks) {
+        let checks =
+            find_field(core, at, "checks").map(|v| u64::from_le_bytes(core[v..v + 8].try_into().unwrap()));
+        if let Some(c) = checks.and_then(file_of) {
             descriptor.push(c..c + 8 * (n + 1));
         }
     }
