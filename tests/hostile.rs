@@ -6,12 +6,14 @@
 mod common;
 #[path = "common/elfcore.rs"]
 mod elfcore;
+#[path = "common/live.rs"]
+mod live;
 use common::run::{memory_limit, run_limited, status_text, timed_out};
 use common::{dmem, fixture, lib_path, make_core, scratch_dir, text};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// Far beyond what any launcher run here takes; only a hang comes near it.
@@ -227,54 +229,14 @@ fn a_core_with_an_overwritten_size_is_read_within_bounds() {
     }
 }
 
-/// The fixture running preloaded, its heap already overwritten, killed when dropped.
-struct Running {
-    child: Child,
-    victim: Victim,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(mode: &str) -> Running {
-    let mut child = common::preloaded(fixture("heap_underflow"), "", None)
-        .args([mode, "wait"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the fixture");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = String::new();
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if line == "ready" {
-                let _ = tx.send(lines.clone());
-            }
-            lines.push_str(&line);
-            lines.push('\n');
-        }
-    });
-    let lines = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the fixture said nothing for a minute");
-    Running {
-        child,
-        victim: Victim::from_lines(&lines),
-    }
-}
-
 /// The running process the same: the same words as for its core, and no "changed too fast".
 #[test]
 fn a_running_process_with_an_overwritten_size_is_read_within_bounds() {
     for mode in ["wild", "plausible"] {
-        let p = start(mode);
-        let pid = p.child.id().to_string();
-        assert_read_within_bounds(&[&pid], &p.victim);
+        // Running preloaded, its heap already overwritten; killed when dropped.
+        let (target, said) = live::start_telling("heap_underflow", &[mode, "wait"]);
+        let pid = target.pid.to_string();
+        assert_read_within_bounds(&[&pid], &Victim::from_lines(&said));
     }
 }
 

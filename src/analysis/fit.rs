@@ -93,7 +93,7 @@ mod tests {
         // Headers of 16 bytes; two readable mappings side by side, then a gap.
         let blocks = [
             (0x1010, 16),
-            (0x1030, 0x40),
+            (0x1030, 0x48),
             (0x1080, 0x1000),
             (0x1080, 8),
             (0x3010, 0x10),
@@ -108,7 +108,7 @@ mod tests {
             Some(&mut region),
             &mut |i, why| got.push((i, why)),
         );
-        // 0x1030 + 0x40 runs past the header of 0x1080 at 0x1070; 0x1080 + 0x1000 fits the
+        // 0x1030 + 0x48 runs past the header of 0x1080 at 0x1070; 0x1080 + 0x1000 fits the
         // two adjacent mappings up to 0x2100 but not 0x2080 + 8: it ends at 0x2080, inside.
         assert_eq!(got, [(1, Misfit::NextHeader(0x1070))]);
         let blocks = [(0x1010, 0x1100), (0x3010, usize::MAX)];

@@ -52,7 +52,21 @@ pub fn start(fixture: &str, args: &[&str]) -> Target {
 
 /// Starts `cmd`, a fixture perhaps behind a program that execs it (`setpriv`), and waits (at
 /// most a minute) for its "ready" line.
-pub fn start_command(mut cmd: std::process::Command, fixture: &str) -> Target {
+pub fn start_command(cmd: std::process::Command, fixture: &str) -> Target {
+    let (target, before) = until_ready(cmd);
+    assert!(before.is_empty(), "{fixture} did not start: {before}");
+    target
+}
+
+/// As `start`, for a fixture that prints lines of its own before "ready": those lines.
+pub fn start_telling(fixture: &str, args: &[&str]) -> (Target, String) {
+    let mut cmd = common::preloaded(common::fixture(fixture), "", None);
+    cmd.args(args);
+    until_ready(cmd)
+}
+
+/// Starts `cmd` and waits (at most a minute) for its "ready" line: what it printed before.
+fn until_ready(mut cmd: std::process::Command) -> (Target, String) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -63,9 +77,13 @@ pub fn start_command(mut cmd: std::process::Command, fixture: &str) -> Target {
     let (tx, rx) = std::sync::mpsc::channel();
     let rest = std::thread::spawn(move || {
         let mut r = BufReader::new(out);
+        let mut before = String::new();
         let mut line = String::new();
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() != "ready" {
+            before.push_str(&line);
+            line.clear();
+        }
+        let _ = tx.send(before);
         let mut rest = String::new();
         let _ = std::io::Read::read_to_string(&mut r, &mut rest);
         rest
@@ -75,11 +93,10 @@ pub fn start_command(mut cmd: std::process::Command, fixture: &str) -> Target {
         pid,
         rest: Some(rest),
     };
-    let line = rx
+    let before = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("the fixture said nothing for a minute");
-    assert_eq!(line.trim(), "ready", "{fixture} did not start");
-    target
+    (target, before)
 }
 
 pub fn unix_now() -> f64 {

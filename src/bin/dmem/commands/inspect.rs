@@ -115,14 +115,9 @@ impl Inspect {
     /// Lines about anything that makes the answer incomplete.
     pub fn warnings(&mut self) -> Vec<String> {
         let h = &self.heap;
-        let moving = h
-            .lists
-            .iter()
-            .filter(|l| !l.consistent && l.problem.is_none())
-            .count();
         let mut out = heap::warnings(&h.problems(), &h.blocks, &h.stacks, &mut self.namer);
         if !self.image.still {
-            out.extend(heap::moving_note(moving, h.lists.len(), &self.image.name));
+            out.extend(heap::moving_note(h.moving(), h.lists.len(), &self.image.name));
         }
         out
     }

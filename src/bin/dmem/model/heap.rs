@@ -4,7 +4,7 @@
 
 use crate::model::frames::Namer;
 use crate::model::text::plural;
-use crate::source::heapwalk::{Block, Counters, ListRead, Problem, Walk};
+use crate::source::heapwalk::{self, Block, Counters, ListRead, Problem, Walk};
 
 /// The live blocks of one walk of an image.
 pub struct Heap {
@@ -68,11 +68,12 @@ impl Heap {
 
     /// What ended a list's walk early, then the sizes not believed.
     pub fn problems(&self) -> Vec<&Problem> {
-        self.lists
-            .iter()
-            .filter_map(|l| l.problem.as_ref())
-            .chain(&self.size_problems)
-            .collect()
+        heapwalk::problems(&self.lists, &self.size_problems)
+    }
+
+    /// Lists a running process changed throughout the walk.
+    pub fn moving(&self) -> usize {
+        heapwalk::moving(&self.lists)
     }
 
     /// (blocks, bytes) of a selection.

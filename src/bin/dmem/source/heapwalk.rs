@@ -431,6 +431,11 @@ pub struct ListRead {
     pub blocks: u64,
     /// What ended the last attempt early, if something did.
     pub problem: Option<Problem>,
+    /// The image was taken while a change of the list was under way (its sequence counter is
+    /// odd in a core): its counters may be a block apart from its links.
+    pub mid_change: bool,
+    /// The sequence value the list held throughout the attempt kept, if it held one.
+    pub seq: Option<u64>,
 }
 
 /// Everything one walk found.
@@ -455,26 +460,34 @@ impl Walk {
         self.lists.iter().filter(|l| !l.consistent).count()
     }
 
-    /// Lists a running process changed throughout the walk: not broken, but never read whole.
     pub fn moving(&self) -> usize {
-        self.lists
-            .iter()
-            .filter(|l| !l.consistent && l.problem.is_none())
-            .count()
+        moving(&self.lists)
     }
 
-    /// Everything wrong that the walk met: where lists broke, then sizes not believed.
     pub fn problems(&self) -> Vec<&Problem> {
-        self.lists
-            .iter()
-            .filter_map(|l| l.problem.as_ref())
-            .chain(&self.size_problems)
-            .collect()
+        problems(&self.lists, &self.size_problems)
     }
 
     pub fn live_bytes(&self) -> u64 {
         self.blocks.iter().map(|b| b.size).sum()
     }
+}
+
+/// Lists a running process changed throughout the walk: not broken, but never read whole.
+pub fn moving(lists: &[ListRead]) -> usize {
+    lists
+        .iter()
+        .filter(|l| !l.consistent && l.problem.is_none())
+        .count()
+}
+
+/// Everything wrong that a walk met: where lists broke, then sizes not believed.
+pub fn problems<'a>(lists: &'a [ListRead], size_problems: &'a [Problem]) -> Vec<&'a Problem> {
+    lists
+        .iter()
+        .filter_map(|l| l.problem.as_ref())
+        .chain(size_problems)
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -536,6 +549,8 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
                 read.counters = r.counters;
                 read.problem = r.problem;
                 read.consistent = r.whole;
+                read.mid_change = r.mid_change;
+                read.seq = r.seq;
                 read.blocks = best.blocks.len() as u64;
             }
             if r.whole {
@@ -597,11 +612,13 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
     );
     let mut dropped = vec![false; if misfits.is_empty() { 0 } else { blocks.len() }];
     let mut misfit_lists = HashSet::new();
-    let mut header = vec![0u8; hs as usize];
     for (i, why) in misfits {
         let b = w.blocks[i];
         if !strict {
-            // Read again now: a header that changed was freed (or moved) under the walk.
+            // The block, and the one whose header it runs into, were read from lists walked one
+            // after another: only while neither list has changed since its walk are both still
+            // there as read. A list that changed may have freed one and reused its memory, so
+            // its block is dropped as moved, not taken for corruption.
             let next = match why {
                 Misfit::NextHeader(_) => w.blocks[i + 1..]
                     .iter()
@@ -609,16 +626,19 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
                     .map(|k| i + 1 + k),
                 _ => None,
             };
-            let mut stale = None;
+            let mut moved = false;
             for k in std::iter::once(i).chain(next) {
-                if changed(mem, l, &w.blocks[k], &mut header)? {
-                    stale = Some(k);
-                    break;
+                let list = w.blocks[k].list as usize;
+                let now = l
+                    .list_off_changes
+                    .and_then(|o| mem.u64_fresh(w.lists[list].addr + o).ok());
+                if w.lists[list].seq.is_none() || now != w.lists[list].seq {
+                    dropped[k] = true;
+                    w.lists[list].consistent = false;
+                    moved = true;
                 }
             }
-            if let Some(k) = stale {
-                dropped[k] = true;
-                w.lists[w.blocks[k].list as usize].consistent = false;
+            if moved {
                 continue;
             }
         }
@@ -662,6 +682,7 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
         let c = &li.counters;
         if !li.consistent
             || li.problem.is_some()
+            || li.mid_change
             || misfit_lists.contains(&(i as u16))
             || (n, bytes) == (c.live_blocks, c.live_bytes)
         {
@@ -681,19 +702,6 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
         });
     }
     Ok(())
-}
-
-/// Whether block `b`'s header, read again from the process, is no longer what the walk read.
-fn changed(mem: &dyn Memory, l: &Layout, b: &Block, buf: &mut [u8]) -> Result<bool, Denied> {
-    let h = b.addr - l.header_size;
-    mem.forget_range(h, l.header_size);
-    Ok(
-        // Read as a strict walk reads it: the list it names is not what is asked here.
-        match read_header(mem, l, b.list as u64, h, buf, true, None).map_err(Denied)? {
-            Ok(f) => f.handed || f.size != b.size,
-            Err(_) => true,
-        },
-    )
 }
 
 /// Buffers reused from list to list.
@@ -734,6 +742,8 @@ struct ListOutcome {
     counters: Counters,
     whole: bool,
     problem: Option<Problem>,
+    mid_change: bool,
+    seq: Option<u64>,
 }
 
 /// How long a sequence counter may stay odd before an attempt goes ahead anyway: a writer holds
@@ -771,6 +781,8 @@ fn read_list(
                 text: format!("the list at {base:#x} cannot be read"),
                 header: None,
             }),
+            mid_change: false,
+            seq: None,
         }),
     };
     let mut before = read_seq();
@@ -824,7 +836,11 @@ fn read_list(
     Ok(ListOutcome {
         counters,
         whole: steady && walked.problem.is_none() && !walked.moved,
-        problem: walked.problem,
+        // What ended a walk of a list that changed meanwhile is the change (a block freed, a
+        // link rewritten under the walk), not a list the program broke: that list moved.
+        problem: walked.problem.filter(|_| steady),
+        mid_change: before.is_some_and(|b| b & 1 == 1),
+        seq: before.filter(|_| steady && before == after),
     })
 }
 
