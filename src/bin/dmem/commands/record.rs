@@ -17,7 +17,7 @@ use crate::source::image::Target;
 use crate::source::live;
 use crate::sys::{self, INTERRUPTED};
 use crate::{failed, Result};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -59,6 +59,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
         files: VecDeque::new(),
         keep: a.keep,
     };
+    let mut said = HashSet::new();
     let (mut written, mut at_peaks) = (0u64, 0u64);
     // The highest live bytes seen, and when; and the live bytes of the last peak profile, which
     // the next one must pass by the percentage.
@@ -81,7 +82,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             note_high(&mut highest, c.live_bytes);
             let base = *peak_base.get_or_insert(c.live_bytes);
             if c.live_bytes as f64 > base as f64 * (1.0 + pct / 100.0) {
-                match take(a.pid, &a.output, &stem, "peak.")? {
+                match take(a.pid, &a.output, &stem, "peak.", &mut said)? {
                     Some((path, bytes)) => {
                         note_high(&mut highest, bytes);
                         peak_base = Some(bytes.max(c.live_bytes));
@@ -94,7 +95,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             }
         }
         if Instant::now() >= next {
-            match take(a.pid, &a.output, &stem, "")? {
+            match take(a.pid, &a.output, &stem, "", &mut said)? {
                 Some((path, bytes)) => {
                     note_high(&mut highest, bytes);
                     periodic.add(path);
@@ -153,12 +154,24 @@ fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
 
 /// A profile of the process now, written to DIR/STEM.STAMP.KINDpb.gz: its path and live bytes;
 /// `None` when the process has ended.
-fn take(pid: i32, dir: &Path, stem: &str, kind: &str) -> Result<Option<(PathBuf, u64)>> {
+fn take(
+    pid: i32,
+    dir: &Path,
+    stem: &str,
+    kind: &str,
+    said: &mut HashSet<String>,
+) -> Result<Option<(PathBuf, u64)>> {
     let snap = match Source::Image(Target::Pid(pid)).take() {
         Ok(s) => s,
         Err(_) if ending(pid) => return Ok(None),
         Err(f) => return Err(f),
     };
+    // What is wrong with the lists, each line once over the whole recording, as `top` says it.
+    for line in &snap.warnings {
+        if said.insert(line.clone()) {
+            eprintln!("dmem record: {line}");
+        }
+    }
     let stamp: String = humantime::format_rfc3339_millis(SystemTime::now())
         .to_string()
         .chars()
