@@ -10,7 +10,7 @@
 use crate::bootstrap::{self, Real};
 use crate::diag::{self, BadFree};
 use crate::header::{
-    self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_MASK,
+    self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_BITS, SIZE_MASK,
 };
 use crate::lists::Refused;
 #[cfg(not(test))]
@@ -125,42 +125,45 @@ pub fn allocate(size: usize, align_log2: u32, zeroed: bool, from: Origin) -> *mu
         return enomem();
     }
     let saved = Errno::save();
-    let total = size + header::lead_for(align_log2);
-    // SAFETY: calling the next allocator with sizes that cannot overflow (size < 2^48).
+    // Alignments past 2^47 are refused like the sizes; glibc fails them with ENOMEM too.
+    if align_log2 >= SIZE_BITS {
+        return saved.fail(libc::ENOMEM);
+    }
+    let total = if align_log2 == 0 {
+        size.max(MIN_USABLE) + HEADER_SIZE
+    } else {
+        size.max(MIN_USABLE) + header::aligned_extra(align_log2)
+    };
+    // SAFETY: calling the next allocator with sizes that cannot overflow (size and alignment
+    // below 2^48).
     let base = unsafe {
-        if align_log2 == 0 {
-            if zeroed {
-                (real.calloc)(1, total)
-            } else {
-                (real.malloc)(total)
-            }
+        if zeroed {
+            (real.calloc)(1, total)
         } else {
-            let mut p = core::ptr::null_mut();
-            // mimalloc 2.0 misaligns posix_memalign(a, a) for a of 256 to 1024; asking for a
-            // little more than the alignment avoids that size, at no cost elsewhere.
-            let total = if total == 1 << align_log2 {
-                total + BASE_ALIGN
-            } else {
-                total
-            };
-            if (real.posix_memalign)(&mut p, 1 << align_log2, total) != 0 {
-                p = core::ptr::null_mut();
-            } else if zeroed {
-                core::ptr::write_bytes(p.cast::<u8>(), 0, total);
-            }
-            p
+            (real.malloc)(total)
         }
     };
     if base.is_null() {
         return saved.fail(libc::ENOMEM);
     }
-    let hdr = header::from_base(base.cast(), align_log2);
+    let hdr = if align_log2 == 0 {
+        header::from_base(base.cast())
+    } else {
+        // SAFETY: a fresh backend block of `size + aligned_extra` bytes or more.
+        unsafe { header::place_aligned(base.cast(), align_log2) }
+    };
     // SAFETY: a fresh backend block of `total` bytes, so the header slot and user bytes are ours.
     let user = unsafe { publish(hdr, size, align_log2, Stack::From(from)) };
     saved.restore();
     after_change();
     user
 }
+
+/// The least a block can hold: glibc's smallest chunk (32 bytes) less its size word. Asking the
+/// backend for at least this much past the header gives every block at least glibc's usable
+/// size, as a program that reads `malloc_usable_size(malloc(0))` finds bare (24); larger
+/// requests already match glibc's, since the header is a whole number of its 16-byte steps.
+const MIN_USABLE: usize = 24;
 
 fn arena(size: usize, align: usize) -> *mut u8 {
     let p = bootstrap::arena_alloc(size, align);
@@ -365,12 +368,14 @@ pub fn usable_size(user: *mut u8) -> usize {
 fn usable_of(real: &Real, hdr: *mut Header) -> usize {
     // SAFETY: `hdr` is a header of ours (live, or claimed by the caller).
     let h = unsafe { &*hdr };
-    let lead = header::lead_for(h.align_log2());
     match real.usable_size {
-        // SAFETY: the base pointer is what the backend returned for this block.
-        Some(f) => unsafe { f(header::base_of(hdr, h.align_log2()).cast()) }
-            .saturating_sub(lead)
-            .max(h.size()),
+        // SAFETY: the base pointer is what the backend returned for this block, still
+        // allocated.
+        Some(f) => unsafe {
+            f(header::base_of(hdr, h.align_log2()).cast())
+                .saturating_sub(header::lead_of(hdr, h.align_log2()))
+                .max(h.size())
+        },
         None => h.size(),
     }
 }
@@ -462,7 +467,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         history::Pending::free_of(unsafe { &*hdr }, user)
     });
     // SAFETY: hdr is the base of an ordinary block from this backend.
-    let base = unsafe { (real.realloc)(hdr.cast(), size + HEADER_SIZE) };
+    let base = unsafe { (real.realloc)(hdr.cast(), size.max(MIN_USABLE) + HEADER_SIZE) };
     if base.is_null() {
         // The old block is untouched: put it back as it was.
         unclaim(hdr);

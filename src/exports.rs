@@ -189,11 +189,9 @@ pub unsafe extern "C" fn posix_memalign(memptr: *mut *mut c_void, align: size_t,
     let ret = if align == 0 || !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
         libc::EINVAL
     } else {
-        // SAFETY: errno slot of the calling thread; POSIX says posix_memalign leaves it alone.
-        let saved = unsafe { *libc::__errno_location() };
+        // errno as glibc leaves it: untouched on success, ENOMEM (set by the allocation) when
+        // the memory cannot be had.
         let p = aligned(align, size, unwind::here());
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = saved };
         if p.is_null() {
             libc::ENOMEM
         } else {

@@ -126,16 +126,42 @@ pub unsafe fn claim(hdr: *mut Header) -> Result<(), u32> {
         .map(|_| ())
 }
 
-/// How far the user pointer lies from the start of the backend's block for an alignment of
-/// `1 << align_log2` (0 meaning an ordinary block): the smallest multiple of the alignment that
-/// leaves room for the header.
-pub fn lead_for(align_log2: u32) -> usize {
-    if align_log2 == 0 {
-        HEADER_SIZE
-    } else {
-        let align = 1usize << align_log2;
-        HEADER_SIZE.div_ceil(align) * align
-    }
+/// How much an aligned block asks of the backend beyond its size: room for the header, for the
+/// word in front of it that holds the backend's address, and for moving the user pointer up to
+/// the alignment from wherever the backend's block starts.
+///
+/// An aligned block is an ordinary backend block with the user pointer placed at the first
+/// multiple of the alignment that leaves room in front, not the backend's own aligned
+/// allocation: that would need the alignment twice (once for the lead that keeps the user
+/// pointer aligned behind the header, once inside the backend to align its block), and a
+/// `memalign` of 1 GiB would map 2 GiB.
+pub fn aligned_extra(align_log2: u32) -> usize {
+    HEADER_SIZE + BASE_WORD + (1usize << align_log2) - 1
+}
+
+/// The word in front of an aligned block's header holds the backend block's address.
+const BASE_WORD: usize = core::mem::size_of::<usize>();
+
+/// The header of an ordinary block the backend returned at `base`.
+pub fn from_base(base: *mut u8) -> *mut Header {
+    base.cast()
+}
+
+/// The header of an aligned block placed in the backend block at `base` (of at least
+/// `size + aligned_extra(align_log2)` bytes): its user pointer is the first multiple of the
+/// alignment with room for the header and the base word in front, and the base word is written.
+///
+/// # Safety
+/// `base` must be a fresh backend block of that many bytes, ours alone.
+pub unsafe fn place_aligned(base: *mut u8, align_log2: u32) -> *mut Header {
+    let align = 1usize << align_log2;
+    let at = (base as usize + HEADER_SIZE + BASE_WORD).next_multiple_of(align);
+    let user = base.wrapping_add(at - base as usize);
+    let hdr = from_user(user);
+    // SAFETY: the word lies in front of the header, inside the caller's block (`at` is at least
+    // HEADER_SIZE + BASE_WORD past `base`); the header is 16-aligned, so the word is 8-aligned.
+    unsafe { hdr.cast::<*mut u8>().sub(1).write(base) };
+    hdr
 }
 
 /// The header in front of a user pointer.
@@ -148,14 +174,25 @@ pub fn to_user(hdr: *mut Header) -> *mut u8 {
     hdr.cast::<u8>().wrapping_add(HEADER_SIZE)
 }
 
-/// The header of a block the backend returned at `base`, for a given alignment.
-pub fn from_base(base: *mut u8, align_log2: u32) -> *mut Header {
-    from_user(base.wrapping_add(lead_for(align_log2)))
+/// The backend block that holds a header, which is what the backend's free wants back.
+///
+/// # Safety
+/// `hdr` must be the header of a block of ours with this alignment, still allocated.
+pub unsafe fn base_of(hdr: *mut Header, align_log2: u32) -> *mut u8 {
+    if align_log2 == 0 {
+        return hdr.cast();
+    }
+    // SAFETY: `place_aligned` wrote the base word right in front of an aligned block's header.
+    unsafe { hdr.cast::<*mut u8>().sub(1).read() }
 }
 
-/// The backend block that holds a header, which is what the backend's free wants back.
-pub fn base_of(hdr: *mut Header, align_log2: u32) -> *mut u8 {
-    to_user(hdr).wrapping_sub(lead_for(align_log2))
+/// How far the user pointer lies from the start of the backend's block.
+///
+/// # Safety
+/// As for `base_of`.
+pub unsafe fn lead_of(hdr: *mut Header, align_log2: u32) -> usize {
+    // SAFETY: passed on from the caller.
+    to_user(hdr) as usize - unsafe { base_of(hdr, align_log2) } as usize
 }
 
 #[cfg(test)]
@@ -163,13 +200,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lead_keeps_alignment_and_room() {
-        for log2 in 5..20 {
-            let lead = lead_for(log2);
-            assert_eq!(lead % (1 << log2), 0);
-            assert!(lead >= HEADER_SIZE);
+    fn an_aligned_block_keeps_its_alignment_room_and_base() {
+        for log2 in 5..14 {
+            for offset in [0usize, 8, 16, 24, 48] {
+                let size = 100;
+                let mut backing = vec![0u8; size + aligned_extra(log2) + 64];
+                // A backend block at any 8-byte boundary.
+                let base = backing.as_mut_ptr().wrapping_add(offset.min(backing.len() - 1));
+                let base = base.wrapping_add(base.align_offset(8));
+                // SAFETY: `backing` holds `size + aligned_extra` bytes from `base` on.
+                let hdr = unsafe { place_aligned(base, log2) };
+                let user = to_user(hdr);
+                assert_eq!(user as usize % (1 << log2), 0);
+                assert!(hdr as usize >= base as usize + BASE_WORD);
+                assert!(user as usize + size <= base as usize + size + aligned_extra(log2));
+                // SAFETY: the base word was just written.
+                assert_eq!(unsafe { base_of(hdr, log2) }, base);
+            }
         }
-        assert_eq!(lead_for(0), HEADER_SIZE);
     }
 
     #[test]
