@@ -68,8 +68,7 @@ fn init_slow() -> Option<&'static Real> {
     // Standard error first, so a warning about the options reaches it.
     sink::init_stderr();
     options::parse();
-    let o = options::get();
-    sink::init_files(&o.trace_file, o.trace_stderr, &o.report_file, o.append_files);
+    sink::init_files(options::get());
     unwind::init();
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.

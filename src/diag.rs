@@ -8,6 +8,7 @@ use crate::header::{Header, NFRAMES};
 use crate::out::Out;
 use crate::{sink, thread};
 use core::fmt::Write;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 /// Whether trace lines are written: one load, for the entry points' fast path.
 #[inline(always)]
@@ -81,16 +82,122 @@ fn describe_stack(out: &mut Out, frames: &[usize; NFRAMES]) {
     }
 }
 
+/// A loaded object's name (the file's last component) and the address ranges of its segments.
+struct Object {
+    name: Vec<u8>,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// The loaded objects, taken by `name_without_the_loader`; null until then.
+static OBJECTS: AtomicPtr<Vec<Object>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Takes what naming frames needs from the loader, while its lock can be taken: the exit report
+/// names frames after it has stopped every other thread for good, and one of them may hold that
+/// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' names and segments are
+/// kept, and the `backtrace` crate lists them too now (once per process).
+pub fn name_without_the_loader() {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for one object and our data pointer,
+        // a Vec<Object>; the program headers it points at are the object's, mapped.
+        unsafe {
+            let objects = &mut *data.cast::<Vec<Object>>();
+            let info = &*info;
+            let path = if info.dlpi_name.is_null() {
+                &b""[..]
+            } else {
+                core::ffi::CStr::from_ptr(info.dlpi_name).to_bytes()
+            };
+            let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let ranges = phdrs
+                .iter()
+                .filter(|p| p.p_type == libc::PT_LOAD)
+                .map(|p| {
+                    let start = info.dlpi_addr as usize + p.p_vaddr as usize;
+                    (start, start + p.p_memsz as usize)
+                })
+                .collect();
+            objects.push(Object {
+                name: path.rsplit(|&b| b == b'/').next().unwrap_or(path).to_vec(),
+                ranges,
+            });
+        }
+        0
+    }
+    if !OBJECTS.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let mut objects: Vec<Object> = Vec::new();
+    // SAFETY: the callback only reads what the loader hands it and pushes to our Vec.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut objects as *mut Vec<Object>).cast()) };
+    // The main program is listed with an empty name: name it as the loader would.
+    if let Some(first) = objects.first_mut().filter(|o| o.name.is_empty()) {
+        first.name = program_name();
+    }
+    OBJECTS.store(Box::into_raw(Box::new(objects)), Ordering::Release);
+    // An address in no object: the crate lists the objects once, and finds nothing to parse.
+    backtrace::resolve(core::ptr::null_mut(), |_| {});
+}
+
+// SAFETY (of the declaration): glibc's `char *program_invocation_name`, the program's argv[0],
+// set before any constructor runs.
+unsafe extern "C" {
+    static program_invocation_name: *const libc::c_char;
+}
+
+/// The program's name as `dladdr` gives it: the last component of argv[0].
+fn program_name() -> Vec<u8> {
+    // SAFETY: glibc sets the pointer before constructors run, to a NUL-terminated string (or
+    // leaves it null), and never frees it.
+    let path = unsafe {
+        if program_invocation_name.is_null() {
+            &b""[..]
+        } else {
+            core::ffi::CStr::from_ptr(program_invocation_name).to_bytes()
+        }
+    };
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path).to_vec()
+}
+
+/// The name of the object that holds `at`, from the table `name_without_the_loader` took.
+fn object_named(objects: &[Object], at: usize) -> Option<&[u8]> {
+    objects
+        .iter()
+        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e))
+        .map(|o| &o.name[..])
+}
+
 /// Describes a return address the one way libdmem prints frames, in the bad-free line and in
 /// the exit report alike: `function (file:line) in object`. Names (demangled), files and lines
 /// come from the symbol tables and debug info through the `backtrace` crate, falling back to the
 /// loader's dynamic symbols (`symbol+0xOFF`), then to the raw address; the object is the loaded
-/// file that holds the address. It allocates (on libdmem's own heap) and takes the
-/// loader's lock in `dladdr`, so it runs only at exit or on the way to an abort, with the
-/// reentrancy guard held and never from inside the loader.
+/// file that holds the address. It allocates (on libdmem's own heap), so it runs only at exit or
+/// on the way to an abort, with the reentrancy guard held and never from inside the loader.
+/// Once `name_without_the_loader` has run it takes no lock of the loader's (the exit report's
+/// case); before, it asks `dladdr`.
 pub fn describe_pc(out: &mut Out, pc: usize) {
     // A return address points after the call; the call itself is one byte earlier.
     let at = pc.wrapping_sub(1) as *mut libc::c_void;
+    let objects = OBJECTS.load(Ordering::Acquire);
+    if !objects.is_null() {
+        let mut done = false;
+        backtrace::resolve(at, |sym| {
+            if !done {
+                done = name_symbol(out, sym);
+            }
+        });
+        if !done {
+            out.hex(pc);
+        }
+        // SAFETY: the table is leaked, never freed, once published.
+        if let Some(name) = object_named(unsafe { &*objects }, at as usize).filter(|n| !n.is_empty()) {
+            out.str(" in ").bytes(name);
+        }
+        return;
+    }
     let mut info: libc::Dl_info = libc::Dl_info {
         dli_fname: core::ptr::null(),
         dli_fbase: core::ptr::null_mut(),
@@ -102,13 +209,8 @@ pub fn describe_pc(out: &mut Out, pc: usize) {
     let found = unsafe { libc::dladdr(at, &mut info) } != 0;
     let mut done = false;
     backtrace::resolve(at, |sym| {
-        if let (false, Some(name)) = (done, sym.name()) {
-            let _ = write!(out, "{name:#}");
-            if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
-                let file = file.file_name().unwrap_or(file.as_os_str());
-                let _ = write!(out, " ({}:{line})", file.to_string_lossy());
-            }
-            done = true;
+        if !done {
+            done = name_symbol(out, sym);
         }
     });
     if !done {
@@ -128,6 +230,17 @@ pub fn describe_pc(out: &mut Out, pc: usize) {
             out.str(" in ").bytes(base);
         }
     }
+}
+
+/// `function (file:line)` of a symbol the `backtrace` crate found; false when it has no name.
+fn name_symbol(out: &mut Out, sym: &backtrace::Symbol) -> bool {
+    let Some(name) = sym.name() else { return false };
+    let _ = write!(out, "{name:#}");
+    if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
+        let file = file.file_name().unwrap_or(file.as_os_str());
+        let _ = write!(out, " ({}:{line})", file.to_string_lossy());
+    }
+    true
 }
 
 impl Write for Out {

@@ -1,5 +1,6 @@
 //! The ways out that skip `exit`'s handlers: `_exit`, `_Exit` and `quick_exit`, exported so the
-//! exit report and `abort-shutdown`'s abort run for them too (`finish.rs`).
+//! exit report and `abort-shutdown`'s abort run for them too (`finish.rs`); and `exit` itself,
+//! exported so that threads calling it at once go through one at a time.
 //!
 //! glibc's own internal calls to `_exit` (at the end of `exit`, in a `posix_spawn` child) do not
 //! come through these exports; a program's calls do. A direct `exit_group` system call reaches
@@ -7,8 +8,58 @@
 
 use crate::finish::{self, Way};
 use crate::leak::Entry;
-use core::sync::atomic::{AtomicI32, Ordering};
+use crate::next;
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use libc::{c_int, c_void};
+
+/// The thread let into glibc's `exit` first; 0 while none is.
+static EXITING: AtomicU32 = AtomicU32::new(0);
+
+/// `exit`, passed on to glibc's with the stack exactly as the program called it (no frame of
+/// ours stays in between), once `exit_gate` lets the thread through.
+///
+/// # Safety
+/// None beyond C's: `exit` ends the process.
+#[no_mangle]
+#[unsafe(naked)]
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    // The status is kept across the call, which also aligns the stack for it; the gate returns
+    // glibc's exit, which is then entered as if the program had called it.
+    core::arch::naked_asm!("push rdi", "call {}", "pop rdi", "jmp rax", sym exit_gate)
+}
+
+/// glibc 2.36's `exit` lets several threads run the exit handlers at once, and the first to
+/// find the list empty ends the process: with two threads calling `exit`, the one that runs our
+/// handler (the report, abort-shutdown's abort) is killed by the other, and the report is lost.
+/// When the process ends through `finish`, a thread that calls `exit` while another is in it
+/// waits there instead, for good, as musl's `exit` and Rust's `std::process::exit` make it wait;
+/// the same thread calling it again (from an exit handler) goes on, as glibc allows. Returns the
+/// address of glibc's `exit`.
+extern "C" fn exit_gate() -> usize {
+    if finish::has_an_end() {
+        let me = crate::thread::gettid();
+        if let Err(other) = EXITING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            if other != me {
+                finish::wait_for_the_end();
+            }
+        }
+    }
+    let real = next::EXIT.get();
+    if real.is_null() {
+        return exit_without_glibc as *const () as usize;
+    }
+    real as usize
+}
+
+/// Where `exit` goes should glibc's be missing: the process ends with the status.
+extern "C" fn exit_without_glibc(status: c_int) -> ! {
+    finish::exit_now(status)
+}
+
+/// In a forked child: the thread that was in `exit` in the parent does not exist here.
+pub fn forget_exiting() {
+    EXITING.store(0, Ordering::Relaxed);
+}
 
 // `_exit` and `_Exit` hand the caller's stack pointer (just above the return address) to
 // `immediate`, so the report scans the program's stack from there: our frames, and the dead

@@ -43,6 +43,12 @@ pub fn in_shared_memory_child() -> bool {
     pid != 0 && sink::getpid() != pid
 }
 
+/// Whether this process ends through `finish`: it has a leak report to make, or
+/// `abort-shutdown` is for it. A forked child that has neither ends as it would bare.
+pub fn has_an_end() -> bool {
+    options::get().leak_report || options::aborts_here()
+}
+
 /// What `claim` found.
 pub enum Claim {
     /// This thread finishes the process.
@@ -118,7 +124,7 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
         Claim::Other => wait_for_the_end(),
     }
     let code = report(status, way, entry);
-    if options::get().abort_shutdown {
+    if options::aborts_here() {
         // No other thread may be half-way through a change of a list when the core is written:
         // take them all, waiting a little for an owner inside a change (one that never leaves
         // it, a thread stopped by a debugger, must not keep the core from being written).

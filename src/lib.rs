@@ -7,6 +7,7 @@ mod analysis;
 mod bootstrap;
 mod diag;
 mod engine;
+mod errno;
 mod header;
 mod history;
 mod layout;
@@ -33,13 +34,19 @@ mod exits;
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]
+mod fdhooks;
+#[cfg(not(test))]
 mod finish;
 #[cfg(not(test))]
 mod leak;
 #[cfg(not(test))]
 mod lifecycle;
 #[cfg(not(test))]
+mod next;
+#[cfg(not(test))]
 mod own_heap;
+#[cfg(not(test))]
+mod sighooks;
 #[cfg(not(test))]
 mod signals;
 #[cfg(all(not(test), target_arch = "x86_64"))]

@@ -18,13 +18,28 @@ pub enum Unwinder {
 
 pub const PATH_MAX: usize = 4096;
 
+/// Which processes `abort-shutdown` aborts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum AbortIn {
+    Never,
+    /// The process started with the option (by `dmem run`, or by whoever set DMEM_OPTS), also
+    /// after it execs another program; not the processes it starts. Its descendants learn its
+    /// id from `abort-pid`.
+    Started,
+    /// Every process started under it too, forked or exec'd.
+    All,
+}
+
 /// The parsed options. Written once by `parse` before any other thread can exist (from the
 /// library constructor or the first allocation), read-only afterwards.
 pub struct Options {
     pub trace_stderr: bool,
     pub trace_file: [u8; PATH_MAX],
     pub record: bool,
-    pub abort_shutdown: bool,
+    pub abort_shutdown: AbortIn,
+    /// The id of the process `abort-shutdown` aborts, as its descendants are told; 0 when this
+    /// process is that one.
+    pub abort_pid: u32,
     pub ignore_bad_free: bool,
     pub unwinder: Unwinder,
     pub leak_report: bool,
@@ -81,9 +96,28 @@ static TABLE: &[Spec] = &[
     },
     Spec {
         name: "abort-shutdown",
-        kind: Kind::Flag(|o| o.abort_shutdown = true),
+        kind: Kind::Flag(|o| o.abort_shutdown = AbortIn::Started),
         help:
-            "abort() at exit (exit, return from main, _exit, quick_exit) after all other destructors, so the core holds exactly the unfreed blocks",
+            "abort() at exit (exit, return from main, _exit, quick_exit) after all other destructors, so the core holds exactly the unfreed blocks; in the process started with it only (after it execs too), not in the processes it starts",
+    },
+    Spec {
+        name: "abort-shutdown",
+        kind: Kind::Value("all", |o, v| {
+            if v == b"all" {
+                o.abort_shutdown = AbortIn::All;
+            }
+            v == b"all"
+        }),
+        help: "abort-shutdown in every process started under it too, forked or exec'd: each writes a core",
+    },
+    Spec {
+        name: "abort-pid",
+        kind: Kind::Value("PID", |o, v| {
+            let parsed = core::str::from_utf8(v).ok().and_then(|s| s.parse::<u32>().ok());
+            o.abort_pid = parsed.unwrap_or(0);
+            o.abort_pid != 0
+        }),
+        help: "the process abort-shutdown aborts (set for its descendants by the process started with abort-shutdown)",
     },
     Spec {
         name: "leak-report",
@@ -234,7 +268,8 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     trace_stderr: false,
     trace_file: [0; PATH_MAX],
     record: true,
-    abort_shutdown: false,
+    abort_shutdown: AbortIn::Never,
+    abort_pid: 0,
     ignore_bad_free: false,
     unwinder: Unwinder::Fast,
     leak_report: false,
@@ -248,6 +283,31 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     history: 0,
     history_allocs: false,
 }));
+
+/// The process id `abort-shutdown` aborts when this process is the one started with it.
+static STARTED_PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// Remembers this process as the one `abort-shutdown` aborts, unless an ancestor said which
+/// one that is (`abort-pid`): the constructor's call.
+pub fn note_started_process() {
+    let o = get();
+    let pid = if o.abort_pid != 0 {
+        o.abort_pid
+    } else {
+        sink::getpid()
+    };
+    STARTED_PID.store(pid, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `abort-shutdown` aborts this process at exit: every process with `=all`, else only
+/// the one started with it (a forked child has another id).
+pub fn aborts_here() -> bool {
+    match get().abort_shutdown {
+        AbortIn::Never => false,
+        AbortIn::All => true,
+        AbortIn::Started => sink::getpid() == STARTED_PID.load(core::sync::atomic::Ordering::Relaxed),
+    }
+}
 
 pub fn get() -> &'static Options {
     // SAFETY: see `Cell`: no writer exists once readers can run.
@@ -275,7 +335,14 @@ pub fn parse() {
             Some(i) => (&word[..i], Some(&word[i + 1..])),
             None => (word, None),
         };
-        let spec = TABLE.iter().find(|s| s.name.as_bytes() == key);
+        // A name may be both a flag and a value (`abort-shutdown`, `abort-shutdown=all`).
+        let spec = TABLE.iter().find(|s| {
+            s.name.as_bytes() == key
+                && matches!(
+                    (&s.kind, value),
+                    (Kind::Flag(_), None) | (Kind::Value(..), Some(_))
+                )
+        });
         let ok = match (spec.map(|s| &s.kind), value) {
             (Some(Kind::Flag(set)), None) => {
                 set(opts);

@@ -1,6 +1,8 @@
 //! A line of libdmem's output assembled on the stack and written to a descriptor: no
 //! allocation, no stdio, no locks beyond the kernel's, since it runs inside malloc and in signal
-//! handlers. Which descriptor is `sink.rs`'s job.
+//! handlers. Which descriptor is `sink.rs`'s job, and so is where a line goes when its
+//! descriptor cannot take it. A write leaves errno as it was, and a write to a pipe whose reader
+//! has gone raises no SIGPIPE: neither is the program's doing.
 
 const BUF: usize = 512;
 
@@ -77,7 +79,17 @@ impl Out {
 
     pub fn flush(&mut self) {
         if self.fd >= 0 {
-            write_all(self.fd, &self.buf[..self.len]);
+            if let Err(failed) = write_all(self.fd, &self.buf[..self.len]) {
+                // The sink says once why, and names where the rest goes (standard error), if
+                // anywhere.
+                match crate::sink::write_failed(self.fd, failed.errno) {
+                    Some(fd) => {
+                        self.fd = fd;
+                        let _ = write_all(fd, &self.buf[failed.written..self.len]);
+                    }
+                    None => self.fd = -1,
+                }
+            }
         }
         self.len = 0;
     }
@@ -103,20 +115,115 @@ impl Drop for Out {
     }
 }
 
+/// A write that stopped short: the errno it failed with and how much went out before.
+pub struct Failed {
+    pub errno: i32,
+    pub written: usize,
+}
+
 /// Writes all of `buf` to `fd` with the raw system call: libc's `write` is a cancellation point,
-/// and malloc, which traces through here, must not be one.
-pub fn write_all(fd: i32, buf: &[u8]) {
+/// and malloc, which traces through here, must not be one. errno is left as it was.
+pub fn write_all(fd: i32, buf: &[u8]) -> Result<(), Failed> {
+    let _errno = crate::errno::Keep::new();
+    let mut pipe = NoSigpipe::new(crate::sink::may_be_a_pipe(fd));
     let mut done = 0;
     while done < buf.len() {
         // SAFETY: buf[done..] is initialised memory we own; write only reads it.
         let n = unsafe { libc::syscall(libc::SYS_write, fd, buf[done..].as_ptr(), buf.len() - done) };
-        // SAFETY: errno of the calling thread, just set by the failed call.
-        if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+        if n > 0 {
+            done += n as usize;
             continue;
         }
-        if n <= 0 {
-            break;
+        let errno = if n == 0 { libc::EIO } else { crate::errno::get() };
+        if errno == libc::EINTR {
+            continue;
         }
-        done += n as usize;
+        if errno == libc::EPIPE {
+            pipe.swallow();
+        }
+        return Err(Failed { errno, written: done });
     }
+    Ok(())
+}
+
+/// SIGPIPE blocked on this thread around a write to what may be a pipe or a socket, and the one
+/// our write raised taken back, so the program is neither killed by our write nor handed a
+/// signal it did not cause. Only raw system calls, as in a signal handler.
+struct NoSigpipe {
+    /// Whether SIGPIPE was blocked here already, and whether one was pending then.
+    active: bool,
+    was_blocked: bool,
+    was_pending: bool,
+}
+
+impl NoSigpipe {
+    fn new(may_be_a_pipe: bool) -> NoSigpipe {
+        let mut guard = NoSigpipe {
+            active: may_be_a_pipe,
+            was_blocked: false,
+            was_pending: false,
+        };
+        if !may_be_a_pipe {
+            return guard;
+        }
+        let set = sigpipe_set();
+        let mut old: u64 = 0;
+        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets on the stack.
+        unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8) };
+        guard.was_blocked = old & set != 0;
+        if guard.was_blocked {
+            let mut pending: u64 = 0;
+            // SAFETY: rt_sigpending writes one 8-byte kernel sigset.
+            unsafe { libc::syscall(libc::SYS_rt_sigpending, &mut pending, 8) };
+            guard.was_pending = pending & set != 0;
+        }
+        guard
+    }
+
+    /// After EPIPE: the SIGPIPE the write raised at this thread is taken back (unless the
+    /// program had one pending already, which stays as it was).
+    fn swallow(&mut self) {
+        if !self.active || self.was_pending {
+            return;
+        }
+        let set = sigpipe_set();
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: rt_sigtimedwait with a zero timeout only takes a pending SIGPIPE, if any
+        // (none when the program ignores SIGPIPE), and writes no siginfo.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &set,
+                core::ptr::null_mut::<libc::siginfo_t>(),
+                &zero,
+                8,
+            )
+        };
+    }
+}
+
+impl Drop for NoSigpipe {
+    fn drop(&mut self) {
+        if self.active && !self.was_blocked {
+            let set = sigpipe_set();
+            // SAFETY: as in `new`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_UNBLOCK,
+                    &set,
+                    core::ptr::null_mut::<u64>(),
+                    8,
+                )
+            };
+        }
+    }
+}
+
+/// The kernel's sigset holding SIGPIPE alone.
+fn sigpipe_set() -> u64 {
+    1 << (libc::SIGPIPE - 1)
 }

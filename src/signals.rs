@@ -2,8 +2,11 @@
 //! turns it off): a server stopped with SIGTERM or Ctrl-C, a crash. The report runs, then the
 //! process dies of that same signal, so its exit status is what it would have been.
 //!
-//! A handler is installed at start-up only for signals whose action is then the default one, and
-//! a handler the program installs later replaces ours: the program's own always wins.
+//! The handler stands for the default action: it is installed for a fatal signal only while the
+//! program has that signal at its default, and the program sees the default there, not our
+//! handler (`sighooks.rs` keeps its view). A handler the program installs, or SIG_IGN, replaces
+//! ours: the program's own always wins; one that puts the default back (a crash handler that
+//! re-raises) puts ours back underneath, so the report still comes.
 //!
 //! The signal may interrupt a thread anywhere, inside malloc too. So the report made from the
 //! handler never calls the real allocator (libdmem's own heap switches to pages of its own), and
@@ -16,12 +19,13 @@
 
 use crate::finish::{self, Claim, Way};
 use crate::leak::Entry;
+use crate::sighooks::real_sigaction;
 use crate::{lists, options, own_heap};
 use core::sync::atomic::{AtomicI32, Ordering};
 use libc::{c_int, c_void};
 
 /// The signals whose default action ends the process and that a report is made for.
-const FATAL: [c_int; 11] = [
+pub const FATAL: [c_int; 11] = [
     libc::SIGHUP,
     libc::SIGINT,
     libc::SIGQUIT,
@@ -49,23 +53,21 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 /// The signal the watchdog ends the process with.
 static DYING_OF: AtomicI32 = AtomicI32::new(0);
 
-/// Installs the handler for every fatal signal whose action is the default one.
-pub fn install() {
-    for sig in FATAL {
-        // SAFETY: querying then setting a signal action with valid, zero-initialised structs; the
-        // handler has the SA_SIGINFO signature. SA_RESETHAND puts the default action back as the
-        // handler starts, so a second such signal, or a crash inside the report, ends the process.
-        unsafe {
-            let mut old: libc::sigaction = core::mem::zeroed();
-            if libc::sigaction(sig, core::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
-                continue;
-            }
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = on_fatal as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, core::ptr::null_mut());
-        }
+/// The handler's address, as the kernel holds it in `sa_sigaction`.
+pub fn handler_address() -> usize {
+    on_fatal as *const () as usize
+}
+
+/// The action that installs the handler. SA_RESETHAND puts the default action back as the
+/// handler starts, so a second such signal, or a crash inside the report, ends the process.
+pub fn handler_action() -> libc::sigaction {
+    // SAFETY: all-zero is a valid sigaction; sigemptyset only writes the mask.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = handler_address();
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa
     }
 }
 
@@ -150,7 +152,9 @@ fn die(sig: c_int, fault: bool) {
     // SAFETY: setting the default action, raising the signal at this thread and unblocking it:
     // plain system calls on valid arguments.
     unsafe {
-        libc::signal(sig, libc::SIG_DFL);
+        let mut dfl: libc::sigaction = core::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        real_sigaction(sig, &dfl, core::ptr::null_mut());
         if fault {
             return;
         }
@@ -174,7 +178,7 @@ fn arm_watchdog(seconds: i64) {
         sa.sa_sigaction = on_watchdog as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGALRM, &sa, core::ptr::null_mut());
+        real_sigaction(libc::SIGALRM, &sa, core::ptr::null_mut());
         let t = libc::itimerval {
             it_interval: libc::timeval {
                 tv_sec: 0,

@@ -1,28 +1,44 @@
-//! Where libdmem's output goes: private descriptors for standard error, the trace file and the
-//! report file, each checked to be the same file before every write.
+//! Where libdmem's output goes: standard error, the trace file and the report file, each
+//! checked to be the same file before every write, and what becomes of them when the program
+//! closes, replaces or hands away its descriptors.
 //!
-//! Programs do what they like with their own descriptors. Coreutils and everything built on
-//! gnulib close standard error at exit, before our exit report runs; daemons close every
-//! descriptor and open their own, which may get the number we had. So at start-up each
-//! destination is moved to a descriptor of its own, close-on-exec and above the low numbers
-//! programs use, and its device and inode are remembered; a write goes out only while the
-//! descriptor still names that file. What cannot go out is dropped, and said once in the report
-//! file when there is one: never written to whatever the number has become.
+//! A program must find the descriptors it would find bare. So with no option that writes
+//! anything, libdmem keeps no descriptor at all: a message (a bad free, a bad option) goes to
+//! descriptor 2 as it is, while it still names the file standard error named at start (or the
+//! one the program put there with `dup2`). Only options that write as a matter of course keep a
+//! private descriptor, close-on-exec and above the low numbers programs use: the trace and report
+//! files, and a copy of standard error when the trace or the leak report goes there, so that the
+//! report of a program that closes standard error at exit (coreutils and everything built on
+//! gnulib do, through `fclose`) still arrives. That copy follows the program: it is let go when
+//! the program closes or replaces descriptor 2 (`close`, `dup2`, `dup3`, `close_range`), becomes
+//! a daemon (`daemon`, `setsid`) or closes the copy's own number, so a daemon never holds its
+//! caller's pipe open. `fdhooks.rs` tells this file about those calls.
+//!
+//! Files are opened without blocking, so a FIFO nobody reads is refused at once (the output then
+//! goes to standard error, and one line says why), and a write that fails sends the rest to
+//! standard error, saying why once. Nothing here changes errno.
 //!
 //! Everything here runs without allocating: paths are expanded into fixed buffers.
 
+use crate::errno::{self, Keep};
 use crate::out::{decimal, write_all, Out};
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
-/// The lowest descriptor a private copy takes: above what programs number by hand (bash keeps
-/// its script on 255, many servers dup2 onto single digits).
+/// The number a private descriptor takes when the limit allows: above what programs number by
+/// hand (bash keeps its script on 255, many servers dup2 onto single digits).
 const HIGH_FD: i32 = 700;
+/// Never below this: a shell's redirections number descriptors up to 9.
+const LOWEST_FD: i32 = 10;
 
 /// One destination: a descriptor and the identity of the file it was opened on.
 pub struct Sink {
     fd: AtomicI32,
     dev: AtomicU64,
     ino: AtomicU64,
+    /// Whether the file is a pipe or a socket, where a write may raise SIGPIPE.
+    pipe: AtomicBool,
+    /// Whether it was ever opened in this process (a reopened shared file appends).
+    opened: AtomicBool,
     /// Whether a write was dropped because the file went away (said once in the report file).
     lost: AtomicBool,
 }
@@ -33,32 +49,37 @@ impl Sink {
             fd: AtomicI32::new(-1),
             dev: AtomicU64::new(0),
             ino: AtomicU64::new(0),
+            pipe: AtomicBool::new(false),
+            opened: AtomicBool::new(false),
             lost: AtomicBool::new(false),
         }
     }
 
-    /// Takes `fd` as this sink's descriptor: moved high and made close-on-exec, the original
-    /// closed unless `keep_original` (standard error stays the program's).
-    fn adopt(&self, fd: i32, keep_original: bool) {
-        // SAFETY: fcntl with F_DUPFD_CLOEXEC only creates a descriptor; a failure returns -1.
-        let mut high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD) };
-        if high < 0 {
-            // Fewer descriptors allowed than HIGH_FD: any free one above the standard three.
-            // SAFETY: as above.
-            high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-        }
-        if high < 0 {
-            return;
-        }
+    /// Takes a private, high, close-on-exec copy of `fd` as this sink's descriptor, closing `fd`
+    /// itself unless `keep_original` (standard error stays the program's). False when no high
+    /// number is free, or `fd` is not open.
+    fn adopt(&self, fd: i32, keep_original: bool) -> bool {
+        let high = high_dup(fd);
         if !keep_original {
-            // SAFETY: `fd` was opened by us for this sink and is not used again.
-            unsafe { libc::close(fd) };
+            raw_close(fd);
         }
-        if let Some((dev, ino)) = identity(high) {
-            self.dev.store(dev, Ordering::Relaxed);
-            self.ino.store(ino, Ordering::Relaxed);
-            self.fd.store(high, Ordering::Release);
-        }
+        high >= 0 && self.point_at(high)
+    }
+
+    /// Uses `fd` as it is, remembering which file it names.
+    fn point_at(&self, fd: i32) -> bool {
+        let Some((dev, ino, pipe)) = identity(fd) else {
+            if fd != 2 {
+                raw_close(fd);
+            }
+            return false;
+        };
+        self.dev.store(dev, Ordering::Relaxed);
+        self.ino.store(ino, Ordering::Relaxed);
+        self.pipe.store(pipe, Ordering::Relaxed);
+        self.opened.store(true, Ordering::Relaxed);
+        self.fd.store(fd, Ordering::Release);
+        true
     }
 
     /// The descriptor, while it still names the file it was opened on.
@@ -67,37 +88,104 @@ impl Sink {
         if fd < 0 {
             return None;
         }
-        let same = identity(fd) == Some((self.dev.load(Ordering::Relaxed), self.ino.load(Ordering::Relaxed)));
-        if !same {
+        if !self.names_our_file(fd) {
             self.lost.store(true, Ordering::Relaxed);
+            return None;
         }
-        same.then_some(fd)
+        Some(fd)
     }
 
-    /// Whether this sink was ever opened.
-    pub fn is_open(&self) -> bool {
-        self.fd.load(Ordering::Relaxed) >= 0
+    fn names_our_file(&self, fd: i32) -> bool {
+        identity(fd).is_some_and(|(dev, ino, _)| {
+            (dev, ino) == (self.dev.load(Ordering::Relaxed), self.ino.load(Ordering::Relaxed))
+        })
     }
 
-    /// Closes the descriptor (in a forked child, whose per-process files are its own).
-    fn close(&self) {
+    /// Whether `fd` is this sink's private descriptor (descriptor 2 is always the program's).
+    fn holds(&self, fd: i32) -> bool {
+        fd >= 0 && fd != 2 && self.fd.load(Ordering::Relaxed) == fd
+    }
+
+    /// Lets the descriptor go: a private one is closed while it still names our file (a number
+    /// the program has taken since is left alone).
+    fn release(&self) {
         let fd = self.fd.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            // SAFETY: the descriptor is ours, opened by `adopt`; nothing else uses it.
-            unsafe { libc::close(fd) };
+        if fd >= 0 && fd != 2 && self.names_our_file(fd) {
+            raw_close(fd);
         }
+    }
+
+    /// Forgets the descriptor without closing it: the program closed that number itself.
+    fn forget(&self) {
+        self.fd.store(-1, Ordering::Release);
+    }
+
+    /// Moves a private descriptor to another high number, for a program that is about to
+    /// `dup2` onto the number it had; it is let go if none is free.
+    fn move_away(&self) {
+        let fd = self.fd.load(Ordering::Acquire);
+        let moved = high_dup(fd);
+        self.fd.store(moved, Ordering::Release);
+        raw_close(fd);
     }
 }
 
-fn identity(fd: i32) -> Option<(u64, u64)> {
+/// A close-on-exec duplicate of `fd` on a high number below the soft limit of descriptors:
+/// `HIGH_FD` when the limit allows, else the highest free number, never one below `LOWEST_FD`.
+/// -1 when there is none.
+fn high_dup(fd: i32) -> i32 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur.min(i32::MAX as u64) as i32
+    } else {
+        HIGH_FD + 1
+    };
+    let mut want = HIGH_FD.min(limit - 1);
+    while want >= LOWEST_FD {
+        // SAFETY: F_DUPFD_CLOEXEC only creates a descriptor (the lowest free one from `want`
+        // up); a failure returns -1.
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, want) };
+        if high >= 0 {
+            return high;
+        }
+        if errno::get() != libc::EMFILE {
+            return -1;
+        }
+        // Every number from `want` up is taken: look lower.
+        want -= 1;
+    }
+    -1
+}
+
+/// Closes a descriptor of ours with the system call itself: libdmem exports `close`, whose
+/// bookkeeping is for the program's calls.
+fn raw_close(fd: i32) {
+    // SAFETY: closing a descriptor libdmem opened; close takes no memory.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// The device and inode of the file `fd` names, and whether it is a pipe or a socket.
+fn identity(fd: i32) -> Option<(u64, u64, bool)> {
     // SAFETY: fstat only writes the stat buffer we pass; all-zero is a valid stat.
     unsafe {
         let mut st: libc::stat = core::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+        if libc::fstat(fd, &mut st) != 0 {
+            return None;
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        Some((
+            st.st_dev,
+            st.st_ino,
+            kind == libc::S_IFIFO || kind == libc::S_IFSOCK,
+        ))
     }
 }
 
-/// The program's standard error as it was when libdmem started.
+/// The program's standard error.
 pub static STDERR: Sink = Sink::closed();
 /// `trace-file=PATH`.
 pub static TRACE: Sink = Sink::closed();
@@ -109,41 +197,72 @@ pub static REPORT: Sink = Sink::closed();
 static STDERR_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
 /// Whether the report file already says that standard error could not be written.
 static SAID_STDERR_LOST: AtomicBool = AtomicBool::new(false);
+/// Whether the options write to standard error as a matter of course (the trace, or the leak
+/// report without a report file), so a private copy of it is kept.
+static KEEP_STDERR_COPY: AtomicBool = AtomicBool::new(false);
 
-/// Takes the private copy of standard error. Runs once, at the first allocation.
+/// Remembers which file standard error names. Runs once, at the first allocation, before the
+/// options are read (their warnings go there), so no descriptor is taken yet.
 pub fn init_stderr() {
+    let _errno = Keep::new();
     // SAFETY: F_GETFD only asks whether descriptor 2 is open.
     if unsafe { libc::fcntl(2, libc::F_GETFD) } < 0 {
         STDERR_CLOSED_AT_START.store(true, Ordering::Relaxed);
         return;
     }
-    STDERR.adopt(2, true);
+    STDERR.point_at(2);
+}
+
+/// Standard error as the program now has it: a private copy when the options want one, else
+/// descriptor 2 itself; nothing when it is closed.
+fn follow_stderr() {
+    let _errno = Keep::new();
+    STDERR.release();
+    if KEEP_STDERR_COPY.load(Ordering::Relaxed) && STDERR.adopt(2, true) {
+        return;
+    }
+    STDERR.point_at(2);
 }
 
 /// Opens `path` (NUL-terminated, `%p` already expanded) for `sink`: created, and truncated
-/// unless an ancestor process created it in this run (`append`). Returns false when it cannot
-/// be opened.
-pub fn open_file(sink: &Sink, path: &[u8], append: bool) -> bool {
+/// unless an ancestor process created it in this run (`append`). Opened without blocking, so a
+/// FIFO that no process reads is refused (ENXIO) instead of holding the program before `main`;
+/// writes then block as they would on any file. The errno of a failure.
+pub fn open_file(sink: &Sink, path: &[u8], append: bool) -> Result<(), i32> {
+    let _errno = Keep::new();
     let trunc = if append { 0 } else { libc::O_TRUNC };
     // SAFETY: `path` is NUL-terminated (the caller's buffer); open does not keep the pointer.
     let fd = unsafe {
         libc::open(
             path.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC | trunc,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NONBLOCK | trunc,
             0o644,
         )
     };
     if fd < 0 {
-        return false;
+        return Err(errno::get());
     }
-    sink.adopt(fd, false);
-    sink.is_open()
+    // SAFETY: F_GETFL and F_SETFL on a descriptor just opened.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    if sink.adopt(fd, false) {
+        Ok(())
+    } else {
+        Err(libc::EMFILE)
+    }
 }
 
 /// Where trace lines go: 0 nowhere, 1 standard error, 2 the trace file.
-static TRACE_TO: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+static TRACE_TO: AtomicU8 = AtomicU8::new(0);
 const TO_STDERR: u8 = 1;
 const TO_FILE: u8 = 2;
+/// Whether the trace file failed and the trace went to standard error (said once).
+static TRACE_FAILED: AtomicBool = AtomicBool::new(false);
+/// Whether the report file could not be opened or written, so the report goes to standard
+/// error (said once).
+static REPORT_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// The option buffers holding the trace and report paths (NUL-terminated, `%p` not expanded),
 /// kept for reopening them in a forked child or at exit.
@@ -173,43 +292,67 @@ pub fn getpid() -> u32 {
 /// Opens `path`'s file for `sink`, `%p` expanded for this process. A first open (`fresh`)
 /// truncates a per-process file, and a shared one only in the process that creates it for the
 /// run; reopening a file the program closed on us appends.
-fn open_path(sink: &Sink, path: &[u8], fresh: bool) -> bool {
+fn open_path(sink: &Sink, path: &[u8], fresh: bool) -> Result<(), i32> {
     let mut buf = [0u8; 4096];
     if !expand(path, getpid(), &mut buf) {
-        return false;
+        return Err(libc::ENAMETOOLONG);
     }
     let truncate = fresh && (per_process(path) || CREATOR.load(Ordering::Relaxed));
     open_file(sink, &buf, !truncate)
 }
 
-/// Opens the files the options name. Runs once, at the first allocation, after `init_stderr`.
-/// `trace_file` and `report_file` are the options' buffers, empty (first byte NUL) when not
-/// given.
-pub fn init_files(trace_file: &'static [u8], trace_stderr: bool, report_file: &'static [u8], append: bool) {
-    CREATOR.store(!append, Ordering::Relaxed);
+/// One line on standard error about an option's file: `dmem: cannot WHAT 'PATH' (WHY); THEN`.
+fn say_file_problem(what: &str, path: &[u8], err: i32, then: &str) {
+    let Some(fd) = stderr_fd() else { return };
+    let mut out = Out::to_fd(fd);
+    out.str("dmem: cannot ").str(what).str(" '");
+    let mut buf = [0u8; 4096];
+    if expand(path, getpid(), &mut buf) {
+        out.escaped(cstr(&buf));
+    } else {
+        out.escaped(path);
+    }
+    out.str("' (");
+    if err == libc::ENXIO {
+        // What open says of a FIFO that no process has open for reading.
+        out.str("a FIFO that nothing reads");
+    } else {
+        out.bytes(errno::describe(err));
+    }
+    out.str("); ").str(then).str("\n").flush();
+}
+
+/// Opens the files the options name and takes a copy of standard error if they write there.
+/// Runs once, at the first allocation, after `init_stderr` and the options.
+pub fn init_files(o: &crate::options::Options) {
+    let _errno = Keep::new();
+    CREATOR.store(!o.append_files, Ordering::Relaxed);
+    let report_file = &o.report_file;
+    let trace_file = &o.trace_file;
+    let report_to_stderr = o.leak_report && report_file[0] == 0;
+    if (o.trace_stderr || report_to_stderr) && STDERR.fd.load(Ordering::Relaxed) == 2 {
+        KEEP_STDERR_COPY.store(true, Ordering::Relaxed);
+        follow_stderr();
+    }
     if report_file[0] != 0 {
         REPORT_PATH.store(report_file.as_ptr().cast_mut(), Ordering::Release);
         // A shared file is opened now, so the first process truncates it before any descendant
         // writes; a per-process one when its process reports.
         if !per_process(cstr(report_file)) {
-            open_path(&REPORT, cstr(report_file), true);
+            let _ = open_path(&REPORT, cstr(report_file), true);
         }
     }
     if trace_file[0] != 0 {
         TRACE_PATH.store(trace_file.as_ptr().cast_mut(), Ordering::Release);
-        if open_path(&TRACE, cstr(trace_file), true) {
-            TRACE_TO.store(TO_FILE, Ordering::Relaxed);
-            return;
+        match open_path(&TRACE, cstr(trace_file), true) {
+            Ok(()) => TRACE_TO.store(TO_FILE, Ordering::Relaxed),
+            Err(e) => {
+                TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
+                TRACE_FAILED.store(true, Ordering::Relaxed);
+                say_file_problem("open trace-file", cstr(trace_file), e, "tracing to stderr");
+            }
         }
-        if let Some(fd) = stderr_fd() {
-            let mut out = Out::to_fd(fd);
-            out.str("dmem: cannot open trace-file '")
-                .escaped(cstr(trace_file))
-                .str("'; tracing to stderr\n")
-                .flush();
-        }
-        TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
-    } else if trace_stderr {
+    } else if o.trace_stderr {
         TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
     }
 }
@@ -226,20 +369,31 @@ pub fn created_shared_files() -> bool {
 }
 
 /// In a forked child: files named per process are this process's own from now on. The trace
-/// file is reopened at once; the report file when the child reports. Only open, close and
-/// fcntl run here, which are async-signal-safe, as a fork handler must be.
+/// file is reopened at once; the report file when the child reports. Only open, close, fcntl
+/// and write run here, which are async-signal-safe, as a fork handler must be.
 pub fn after_fork_child() {
+    let _errno = Keep::new();
     CREATOR.store(false, Ordering::Relaxed);
     if let Some(p) = path_of(&REPORT_PATH) {
         if per_process(p) {
-            REPORT.close();
+            REPORT.release();
+            REPORT.opened.store(false, Ordering::Relaxed);
+            REPORT_FAILED.store(false, Ordering::Relaxed);
         }
     }
     if let Some(p) = path_of(&TRACE_PATH) {
         if per_process(p) {
-            TRACE.close();
-            if !open_path(&TRACE, p, true) {
-                TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
+            TRACE.release();
+            match open_path(&TRACE, p, true) {
+                Ok(()) => {
+                    TRACE_TO.store(TO_FILE, Ordering::Relaxed);
+                    TRACE_FAILED.store(false, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
+                    TRACE_FAILED.store(true, Ordering::Relaxed);
+                    say_file_problem("open trace-file", p, e, "tracing to stderr");
+                }
             }
         }
     }
@@ -251,44 +405,105 @@ pub fn tracing() -> bool {
     TRACE_TO.load(Ordering::Relaxed) != 0
 }
 
-/// The descriptor for a trace line, or None when it cannot be written.
+/// The descriptor for a trace line, or None when it cannot be written. A trace file the program
+/// closed on us is opened again, appending; one that cannot be sends the trace to standard
+/// error, saying so once.
 pub fn trace_fd() -> Option<i32> {
+    let _errno = Keep::new();
+    if TRACE_TO.load(Ordering::Relaxed) == TO_FILE {
+        if let Some(fd) = TRACE.fd() {
+            return Some(fd);
+        }
+        if let Some(p) = path_of(&TRACE_PATH) {
+            match open_path(&TRACE, p, false) {
+                Ok(()) => return TRACE.fd(),
+                Err(e) => {
+                    TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
+                    if !TRACE_FAILED.swap(true, Ordering::Relaxed) {
+                        say_file_problem("reopen trace-file", p, e, "tracing to stderr");
+                    }
+                }
+            }
+        }
+    }
     match TRACE_TO.load(Ordering::Relaxed) {
-        TO_FILE => TRACE.fd(),
         TO_STDERR => stderr_fd(),
         _ => None,
     }
 }
 
 /// The descriptor for the leak report: the report file when one is named (opened now if it is
-/// this process's own and not open yet), else standard error. None when neither can be written.
+/// this process's own and not open yet, or again if the program closed it), else standard
+/// error; standard error too when the report file cannot be opened or written, which one line
+/// there says. None when nothing can be written.
 pub fn report_fd() -> Option<i32> {
-    if let Some(p) = path_of(&REPORT_PATH) {
+    let _errno = Keep::new();
+    let Some(p) = path_of(&REPORT_PATH) else {
+        return stderr_fd();
+    };
+    if !REPORT_FAILED.load(Ordering::Relaxed) {
         if let Some(fd) = REPORT.fd() {
             return Some(fd);
         }
-        // Not open yet (a per-process file), or the program closed it or took its number.
-        if open_path(&REPORT, p, !REPORT.is_open()) {
-            if let Some(fd) = REPORT.fd() {
-                return Some(fd);
-            }
+        let fresh = !REPORT.opened.load(Ordering::Relaxed);
+        let err = match open_path(&REPORT, p, fresh) {
+            Ok(()) => match REPORT.fd() {
+                Some(fd) => return Some(fd),
+                None => libc::EBADF,
+            },
+            Err(e) => e,
+        };
+        if !REPORT_FAILED.swap(true, Ordering::Relaxed) {
+            say_file_problem("open report-file", p, err, "writing the leak report to stderr");
         }
-        if let Some(fd) = stderr_fd() {
-            let mut out = Out::to_fd(fd);
-            out.str("dmem: cannot open or write report-file '")
-                .escaped(p)
-                .str("'; writing the leak report to stderr\n")
-                .flush();
-            return Some(fd);
-        }
-        return None;
     }
     stderr_fd()
+}
+
+/// A write to `fd` failed with `err`: where the rest goes instead. A failing report or trace
+/// file sends its output to standard error from now on, saying why once; None when there is
+/// nowhere else.
+pub fn write_failed(fd: i32, err: i32) -> Option<i32> {
+    let _errno = Keep::new();
+    if REPORT.holds(fd) {
+        if !REPORT_FAILED.swap(true, Ordering::Relaxed) {
+            if let Some(p) = path_of(&REPORT_PATH) {
+                say_file_problem(
+                    "write to report-file",
+                    p,
+                    err,
+                    "writing the leak report to stderr",
+                );
+            }
+        }
+        return stderr_fd();
+    }
+    if TRACE.holds(fd) && TRACE_TO.load(Ordering::Relaxed) == TO_FILE {
+        TRACE_TO.store(TO_STDERR, Ordering::Relaxed);
+        if !TRACE_FAILED.swap(true, Ordering::Relaxed) {
+            if let Some(p) = path_of(&TRACE_PATH) {
+                say_file_problem("write to trace-file", p, err, "tracing to stderr");
+            }
+        }
+        return stderr_fd();
+    }
+    None
+}
+
+/// Whether a write to `fd` may raise SIGPIPE: it is a pipe or a socket, or not one of ours.
+pub fn may_be_a_pipe(fd: i32) -> bool {
+    for sink in [&STDERR, &TRACE, &REPORT] {
+        if sink.fd.load(Ordering::Relaxed) == fd {
+            return sink.pipe.load(Ordering::Relaxed);
+        }
+    }
+    true
 }
 
 /// The descriptor for output meant for standard error, or None when it cannot go there; the
 /// first time that happens with a report file open, the report file says so once.
 pub fn stderr_fd() -> Option<i32> {
+    let _errno = Keep::new();
     if let Some(fd) = STDERR.fd() {
         return Some(fd);
     }
@@ -299,16 +514,106 @@ pub fn stderr_fd() -> Option<i32> {
             } else {
                 b"dmem: the program closed or replaced the standard error it started with; messages meant for it are dropped\n"
             };
-            write_all(fd, why);
+            let _ = write_all(fd, why);
         }
     }
     None
 }
 
-/// Output meant for the program's standard error, through libdmem's private copy of it; dropped
-/// when that is gone.
+/// Output meant for the program's standard error; dropped when that is gone.
 pub fn stderr() -> Out {
     Out::to_fd(stderr_fd().unwrap_or(-1))
+}
+
+// What the program did with its descriptors, from `fdhooks.rs`. Each runs after the program's
+// own call (or, for `before_dup_onto`, right before it), never in a vfork child, whose
+// descriptors are not the parent's although its memory is.
+
+/// Whether `fd` is one of libdmem's private descriptors: a number the program never opened.
+pub fn is_private(fd: i32) -> bool {
+    STDERR.holds(fd) || TRACE.holds(fd) || REPORT.holds(fd)
+}
+
+/// The program closed a number that only libdmem had open (a daemon closing every
+/// descriptor): that descriptor is let go, as the program asked. A trace or report file is
+/// opened again when next written; standard error is written through descriptor 2 from now on.
+pub fn program_closed_private(fd: i32) {
+    let _errno = Keep::new();
+    let copy_of_stderr = STDERR.holds(fd);
+    for sink in [&STDERR, &TRACE, &REPORT] {
+        if sink.holds(fd) {
+            sink.release();
+        }
+    }
+    if copy_of_stderr {
+        KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
+        STDERR.point_at(2);
+    }
+}
+
+/// Right before the program makes `fd` a copy of another descriptor: a private descriptor on
+/// that number moves out of the way, so the program gets the number as it would bare.
+pub fn before_dup_onto(fd: i32) {
+    let _errno = Keep::new();
+    for sink in [&STDERR, &TRACE, &REPORT] {
+        if sink.holds(fd) {
+            sink.move_away();
+        }
+    }
+}
+
+/// The program replaced its standard error (`dup2` or `dup3` onto 2): what it now names is
+/// standard error, and the copy of the old one is let go.
+pub fn stderr_replaced() {
+    if !STDERR_CLOSED_AT_START.load(Ordering::Relaxed) {
+        follow_stderr();
+    }
+}
+
+/// The program closed its standard error: the copy of it is let go, and nothing meant for it is
+/// written until the program puts a file there again with `dup2`.
+pub fn stderr_closed() {
+    let _errno = Keep::new();
+    STDERR.release();
+}
+
+/// The kernel closed a range of descriptors for the program (`close_range`, `closefrom`):
+/// private ones that no longer name our files are gone, and so is standard error if descriptor
+/// 2 is closed. What is still open is looked at, not the range asked for.
+pub fn many_closed() {
+    let _errno = Keep::new();
+    let copy_of_stderr = STDERR.fd.load(Ordering::Relaxed);
+    let mut copy_gone = false;
+    for sink in [&STDERR, &TRACE, &REPORT] {
+        let fd = sink.fd.load(Ordering::Relaxed);
+        if fd >= 0 && fd != 2 && !sink.names_our_file(fd) {
+            sink.forget();
+            copy_gone |= fd == copy_of_stderr;
+        }
+    }
+    // SAFETY: F_GETFD only asks whether descriptor 2 is open.
+    if unsafe { libc::fcntl(2, libc::F_GETFD) } < 0 {
+        STDERR.release();
+    } else if copy_gone {
+        KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
+        STDERR.point_at(2);
+    }
+}
+
+/// The program became a daemon (`daemon`, or `setsid` on its way there): no copy of standard
+/// error is kept any more, so its caller's pipe or terminal is held only through descriptor 2,
+/// as bare, and released when the program lets that go.
+pub fn detached() {
+    let _errno = Keep::new();
+    KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
+    if STDERR.fd.load(Ordering::Relaxed) == 2 || STDERR_CLOSED_AT_START.load(Ordering::Relaxed) {
+        return;
+    }
+    let had = STDERR.fd.load(Ordering::Relaxed) >= 0;
+    STDERR.release();
+    if had {
+        STDERR.point_at(2);
+    }
 }
 
 /// Expands `%p` (the process id) and `%%` in `path` into `out`, NUL-terminated. False when the

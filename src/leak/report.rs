@@ -6,11 +6,13 @@
 //! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a
 //! preloaded backend) and libdmem itself (whose list heads point at headers, never into blocks).
 //!
-//! The order matters, because other threads are stopped while the mark runs (see `stopworld`):
-//! what needs the loader's lock (`dl_iterate_phdr`) or allocates is done first, then every list
-//! lock is taken, so no block can be freed or added, then the threads are stopped, the mark runs
-//! without allocating, the threads are released and only then are the results grouped,
-//! symbolised and printed. Everything runs once, at exit, on libdmem's own heap.
+//! The order matters, because other threads are stopped from the mark on, for good (see
+//! `stopworld`): what needs the loader's lock (`dl_iterate_phdr`, the names of the loaded
+//! objects) or the real allocator is done first, then every list lock is taken, so no block can
+//! be freed or added, then the threads are stopped and libdmem's heap switches to pages of its
+//! own (a stopped thread may hold the allocator's lock), the mark runs, and the results are
+//! grouped, symbolised and printed while the threads stay parked, until the process ends.
+//! Everything runs once, at exit, on libdmem's own heap.
 
 use super::live::snapshot;
 use super::memory::{OwnMemory, OwnScan};
@@ -79,6 +81,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     // Everything that allocates or takes the loader's lock, before the stop.
     let mut world = World::prepare();
     let objs = objects();
+    crate::diag::name_without_the_loader();
     lists::lock_all();
     // The process's mappings, sorted (the kernel lists them in order), read with the lists
     // locked so that every block on them is in one; empty in a report from a fatal signal, whose
@@ -107,6 +110,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     };
 
     world.stop();
+    crate::own_heap::enter_emergency();
     roots.extend_from_slice(&objs.data);
     let arena = arena::main_arena(&OwnMemory, &objs.libc_data);
     for &seg in &objs.libc_data {
@@ -145,7 +149,6 @@ pub fn leak_report(entry: &Entry) -> usize {
             maps: &maps,
         },
     );
-    world.release();
     lists::unlock_all();
 
     let show = options::get().leak_show;

@@ -1,6 +1,16 @@
-//! Stopping every other thread for the exit report's mark, as LeakSanitizer and conservative
-//! collectors do: each thread gets a signal whose handler saves its registers and stack pointer
-//! in a slot of its own and parks on a futex until the mark is over.
+//! Stopping every other thread for the exit report, for good: each thread gets a signal whose
+//! handler saves its registers and stack pointer in a slot of its own and parks on a futex
+//! until the process ends, which it does right after the report.
+//!
+//! No thread is ever let go. A thread interrupted in `poll`, `epoll_wait`, `select`, `sleep` or
+//! `pause` would return from it with EINTR, whatever SA_RESTART says, and run its error path
+//! while the report is written (or end the process before it is); a parked thread returns to
+//! nothing. LeakSanitizer stops threads with ptrace from a helper task instead, under which
+//! most interrupted calls restart; but `epoll_wait` still fails with EINTR after a ptrace stop,
+//! and ptrace is refused under Yama's `ptrace_scope` 2 and 3, by seccomp filters and when a
+//! debugger is attached already. A signal needs none of that. Since parked threads may hold any
+//! lock (the allocator's, the loader's), what follows the stop takes none: libdmem's heap
+//! switches to pages of its own, and frames are named without the loader (`diag.rs`).
 //!
 //! Nothing here allocates once threads are being stopped: a stopped thread may hold the backend
 //! allocator's lock, so `World::prepare` sizes everything first. Threads are found in
@@ -61,7 +71,8 @@ pub enum Seen {
 /// freed (see `release`), so a handler that loaded the pointer may always read it.
 static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(core::ptr::null_mut());
 static NSLOTS: AtomicUsize = AtomicUsize::new(0);
-/// Nonzero while threads must stay parked.
+/// Nonzero once threads are stopped: they stay parked while it is, which is until the process
+/// ends.
 static HOLD: AtomicU32 = AtomicU32::new(0);
 /// Acknowledgements: how many threads have saved their state.
 static ACKS: AtomicU32 = AtomicU32::new(0);
@@ -72,8 +83,6 @@ pub struct World {
     /// Threads that appeared after every slot was taken: neither stopped nor scanned.
     pub missed: usize,
     sig: c_int,
-    old: libc::sigaction,
-    installed: bool,
 }
 
 impl World {
@@ -97,10 +106,6 @@ impl World {
             slots: Vec::leak(slots),
             missed: 0,
             sig: libc::SIGRTMAX() - 3,
-            // SAFETY: sigaction is plain data; all-zero is a valid (empty) value, overwritten
-            // by the sigaction call in `stop` before it is used.
-            old: unsafe { core::mem::zeroed() },
-            installed: false,
         }
     }
 
@@ -109,22 +114,22 @@ impl World {
         self.slots.len()
     }
 
-    /// Signals every thread but the caller and waits, at most `WAIT_MS`, for each to park.
-    /// Allocation-free.
+    /// Signals every thread but the caller and waits, at most `WAIT_MS`, for each to park;
+    /// they stay parked until the process ends. Allocation-free.
     pub fn stop(&mut self) {
-        // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature, every
-        // signal is blocked while it runs (so nothing of the program's runs on top of a parked
-        // thread), and the old action is kept to be restored in `release`.
+        // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature, and
+        // every signal is blocked while it runs, so nothing of the program's runs on top of a
+        // parked thread. The program's own action for the signal is not put back: no thread
+        // returns to the program after this.
         unsafe {
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = on_stop as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigfillset(&mut sa.sa_mask);
-            if libc::sigaction(self.sig, &sa, &mut self.old) != 0 {
+            if crate::sighooks::real_sigaction(self.sig, &sa, core::ptr::null_mut()) != 0 {
                 return;
             }
         }
-        self.installed = true;
         HOLD.store(1, Ordering::SeqCst);
         ACKS.store(0, Ordering::SeqCst);
         NSLOTS.store(self.slots.len(), Ordering::SeqCst);
@@ -167,8 +172,8 @@ impl World {
         }
         self.slots = &self.slots[..used];
         for slot in self.slots {
-            // Whoever did not answer in time is given up; a late handler sees ABANDONED and
-            // returns at once.
+            // Whoever did not answer in time is given up and scanned as it is; a late handler
+            // sees ABANDONED and only parks.
             let _ = slot
                 .state
                 .compare_exchange(SENT, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
@@ -204,37 +209,9 @@ impl World {
             }
         })
     }
-
-    /// Lets every parked thread go and restores the signal's previous action.
-    pub fn release(&mut self) {
-        HOLD.store(0, Ordering::SeqCst);
-        futex(&HOLD, libc::FUTEX_WAKE, i32::MAX as u32, None);
-        SLOTS.store(core::ptr::null_mut(), Ordering::SeqCst);
-        NSLOTS.store(0, Ordering::SeqCst);
-        if !self.installed {
-            return;
-        }
-        let abandoned = self
-            .slots
-            .iter()
-            .any(|s| s.state.load(Ordering::Relaxed) == ABANDONED);
-        // SAFETY: plain sigaction calls with valid structures.
-        unsafe {
-            if abandoned {
-                // A thread that blocks the signal still has it pending. Ignoring a signal
-                // discards its pending instances (POSIX), so it cannot reach the program's
-                // handler, or kill the process by default action, once the thread unblocks it.
-                let mut ign: libc::sigaction = core::mem::zeroed();
-                ign.sa_sigaction = libc::SIG_IGN;
-                libc::sigaction(self.sig, &ign, core::ptr::null_mut());
-            }
-            libc::sigaction(self.sig, &self.old, core::ptr::null_mut());
-        }
-        self.installed = false;
-    }
 }
 
-/// The stop signal's handler: save, acknowledge, park until released.
+/// The stop signal's handler: save, acknowledge, park until the process ends.
 extern "C" fn on_stop(_sig: c_int, _info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
@@ -254,9 +231,11 @@ extern "C" fn on_stop(_sig: c_int, _info: *mut libc::siginfo_t, ctx: *mut c_void
                 slot.state.store(PARKED, Ordering::Release);
                 ACKS.fetch_add(1, Ordering::SeqCst);
                 futex(&ACKS, libc::FUTEX_WAKE, 1, None);
-                while HOLD.load(Ordering::SeqCst) != 0 {
-                    futex(&HOLD, libc::FUTEX_WAIT, 1, None);
-                }
+            }
+            // A thread that answers too late to be counted parks all the same: returning would
+            // hand the call it was in EINTR.
+            while HOLD.load(Ordering::SeqCst) != 0 {
+                futex(&HOLD, libc::FUTEX_WAIT, 1, None);
             }
         }
     }
