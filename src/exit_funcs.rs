@@ -16,7 +16,11 @@ use crate::header::Header;
 use crate::lists;
 use crate::{engine, header, leak, procmaps};
 
-/// The argument our `on_exit` handler is registered with: its address marks our entry.
+/// The argument our `on_exit` handler is registered with: its address marks our entries. There
+/// are two (see `lifecycle.rs`): the one running, and an older one that only ever makes a second
+/// exiting thread wait, so it counts as spent in our own list (nothing that runs it returns to
+/// exit), which is freed as exit would free it. An older list that still holds it is not:
+/// another exiting thread may yet take it from there.
 pub static MARKER: u8 = 0;
 
 /// `sizeof(struct exit_function_list)`: `next`, `idx`, then 32 entries of four words (`flavor`,
@@ -40,9 +44,15 @@ fn entry(w: &ListWords, i: usize) -> (u64, u64) {
     (w[2 + 4 * i], w[2 + 4 * i + 2])
 }
 
-/// Whether entries `0..idx` of a list are all spent (`exit` has nothing left to run there).
-fn spent_below(w: &ListWords, idx: usize) -> bool {
-    idx <= ENTRIES && (0..idx).all(|i| entry(w, i).0 == EF_FREE)
+/// Whether entry `i` of a list is one of ours.
+fn is_ours(w: &ListWords, i: usize) -> bool {
+    entry(w, i) == (EF_ON, &MARKER as *const u8 as u64)
+}
+
+/// Whether entries `0..idx` of a list are all spent (`exit` has nothing left to run there),
+/// counting our own entries as spent when `ours_spent`.
+fn spent_below(w: &ListWords, idx: usize, ours_spent: bool) -> bool {
+    idx <= ENTRIES && (0..idx).all(|i| entry(w, i).0 == EF_FREE || (ours_spent && is_ours(w, i)))
 }
 
 /// Blocks of LIST_BYTES looked at, at most: a program has a handful of exit lists.
@@ -58,12 +68,12 @@ struct Candidates {
 
 impl Candidates {
     fn gather() -> Candidates {
-        let marker = &MARKER as *const u8 as u64;
         let mut c = Candidates {
             blocks: [0; MAX_LISTS],
             n: 0,
             ours: None,
         };
+        let mut marked = [0u64; 2];
         lists::lock_all();
         // A list the program broke ends its walk there (the report says so later).
         let maps = procmaps::all();
@@ -73,12 +83,18 @@ impl Candidates {
                 c.blocks[c.n] = user;
                 c.n += 1;
                 let w = words(user);
-                if (0..ENTRIES).any(|i| entry(w, i) == (EF_ON, marker)) {
-                    c.ours = Some(user);
+                if (0..ENTRIES).any(|i| is_ours(w, i)) {
+                    marked[usize::from(marked[0] != 0)] = user;
                 }
             }
         });
         lists::unlock_all();
+        // Our two entries may straddle two lists: ours is the newer, which leads to the other.
+        c.ours = match marked {
+            [0, _] => None,
+            [a, 0] => Some(a),
+            [a, b] => Some(if words(b)[0] == a { b } else { a }),
+        };
         c
     }
 
@@ -97,13 +113,14 @@ pub fn free_spent() {
         return;
     };
     let w = words(ours);
-    if !spent_below(w, w[1] as usize) {
+    let idx = w[1] as usize;
+    if !spent_below(w, idx, true) {
         return;
     }
     let mut next = w[0];
     while c.has(next) {
         let older = words(next);
-        if !spent_below(older, older[1] as usize) {
+        if !spent_below(older, older[1] as usize, false) {
             break;
         }
         let after = older[0];
