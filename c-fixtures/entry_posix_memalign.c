@@ -1,6 +1,6 @@
 /* posix_memalign: EINVAL for an alignment that is not a power of two or not a multiple of
  * sizeof(void *), without touching errno; alignments 8 .. 64 KiB honoured; ENOMEM returned for
- * impossible sizes. */
+ * impossible sizes, with errno ENOMEM as glibc leaves it. */
 // build: -fno-builtin
 #include "entry_common.h"
 
@@ -46,8 +46,12 @@ int main(void)
     group("posix_memalign-huge-enomem");
     for (size_t i = 0; i < N_HUGE; i++) {
         void *p = NULL;
+        errno = 1234;
         int r = posix_memalign(&p, 64, huge_sizes[i]);
         CHECK(r == ENOMEM, "posix_memalign(64, %zu) returned %d, want ENOMEM", huge_sizes[i], r);
+        /* glibc's malloc underneath sets errno too. */
+        CHECK(errno == ENOMEM, "posix_memalign(64, %zu) left errno %d, want ENOMEM", huge_sizes[i],
+              errno);
         if (r == 0)
             free(p);
     }

@@ -69,6 +69,9 @@ fn init_slow() -> Option<&'static Real> {
     sink::init_stderr();
     options::parse();
     sink::init_files(options::get());
+    // While allocations still come from the arena (see there).
+    #[cfg(not(test))]
+    crate::lifecycle::catch_the_main_threads_exit();
     unwind::init();
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.

@@ -43,6 +43,8 @@ extern "C" fn exit_gate() -> usize {
                 finish::wait_for_the_end();
             }
         }
+        // Before the exit handlers, some of which close standard error.
+        crate::sink::keep_a_copy_of_stderr();
     }
     let real = next::EXIT.get();
     if real.is_null() {
@@ -100,6 +102,10 @@ unsafe extern "C" {
 #[no_mangle]
 pub unsafe extern "C" fn quick_exit(status: c_int) -> ! {
     QUICK_STATUS.store(status, Ordering::Relaxed);
+    if finish::has_an_end() {
+        // Before the at_quick_exit handlers, which may close standard error.
+        crate::sink::keep_a_copy_of_stderr();
+    }
     // The next quick_exit runs the program's handlers, newest first, and ours last, which then
     // ends the process. dlsym takes the loader's lock, which is recursive, and nothing of ours
     // holds it here.

@@ -1,33 +1,25 @@
-//! `close`, `dup2`, `dup3`, `close_range`, `closefrom`, `daemon` and `setsid`, exported so that
-//! libdmem's private descriptors follow what the program does with its own (`sink.rs` keeps
-//! them): a copy of standard error is let go when the program closes or replaces descriptor 2 or
-//! becomes a daemon, so a daemon started from `out=$(prog 2>&1)` releases its caller's pipe as
-//! it would bare; a private number the program closes or `dup2`s onto behaves as the free number
-//! it would be bare.
+//! `close`, `dup2`, `dup3`, `fclose`, `daemon` and `setsid`, exported so that libdmem's
+//! descriptors follow what the program does with its own (`sink.rs` keeps them): a private
+//! number the program closes is let go and the program gets EBADF, as bare, which a daemon
+//! closing every descriptor expects; one it `dup2`s onto is moved out of the way first; a file
+//! it `dup2`s onto descriptor 2 is its standard error from then on. The copy of standard error
+//! the leak report needs is taken as the program `fclose`s standard error (gnulib's
+//! `close_stdout`, xz before `exit`), and let go when the program closes or replaces
+//! descriptor 2 itself or becomes a daemon, so a daemon releases its caller's pipe as bare.
 //!
 //! Each export calls the C library's own function for the program's request, so its contract
 //! (cancellation points, errno, the return value) is glibc's; libdmem's bookkeeping before or
-//! after leaves errno alone. glibc's internal calls (`fclose`, `daemon`'s own `dup2`) do not
-//! come through here; `daemon` itself does. In a `vfork` child, whose descriptors are its own
-//! but whose memory is its parent's, nothing is noted: the parent's bookkeeping must not change.
+//! after leaves errno alone. glibc's internal calls (`fclose`'s own `close`, `daemon`'s and
+//! `freopen`'s `dup2`) do not come through here; a later write to descriptor 2 then finds
+//! another file there than the one noted, and is dropped. In a `vfork` child, whose descriptors
+//! are its own but whose memory is its parent's, nothing is noted: the parent's bookkeeping
+//! must not change.
 
 use crate::errno::{self, Keep};
 use crate::finish::in_shared_memory_child;
-use crate::next::{self, Next};
+use crate::next;
 use crate::sink;
-use libc::{c_int, c_uint, pid_t};
-
-/// The next definition, as a function of C signature `F`, or None (errno ENOSYS).
-fn next_fn<F: Copy>(next: &Next) -> Option<F> {
-    let f = next.get();
-    if f.is_null() {
-        errno::set(libc::ENOSYS);
-        return None;
-    }
-    // SAFETY: each caller names the C signature of the function it looked up; a function
-    // pointer has the size of a data pointer.
-    Some(unsafe { core::mem::transmute_copy::<*mut libc::c_void, F>(&f) })
-}
+use libc::c_int;
 
 /// Whether the bookkeeping applies: not in a vfork child.
 fn noting() -> bool {
@@ -45,7 +37,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         errno::set(libc::EBADF);
         return -1;
     }
-    let Some(f) = next_fn::<unsafe extern "C" fn(c_int) -> c_int>(&next::CLOSE) else {
+    let Some(f) = next::CLOSE.func::<unsafe extern "C" fn(c_int) -> c_int>() else {
         return -1;
     };
     // SAFETY: glibc's close, with the caller's argument.
@@ -72,7 +64,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if noting() && old != new && sink::is_private(new) {
         sink::before_dup_onto(new);
     }
-    let Some(f) = next_fn::<unsafe extern "C" fn(c_int, c_int) -> c_int>(&next::DUP2) else {
+    let Some(f) = next::DUP2.func::<unsafe extern "C" fn(c_int, c_int) -> c_int>() else {
         return -1;
     };
     // SAFETY: glibc's dup2, with the caller's arguments.
@@ -88,7 +80,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if noting() && old != new && sink::is_private(new) {
         sink::before_dup_onto(new);
     }
-    let Some(f) = next_fn::<unsafe extern "C" fn(c_int, c_int, c_int) -> c_int>(&next::DUP3) else {
+    let Some(f) = next::DUP3.func::<unsafe extern "C" fn(c_int, c_int, c_int) -> c_int>() else {
         return -1;
     };
     // SAFETY: glibc's dup3, with the caller's arguments.
@@ -98,38 +90,31 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 
 /// # Safety
-/// The C `close_range` contract.
+/// The C `fclose` contract.
 #[no_mangle]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let Some(f) = next_fn::<unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int>(&next::CLOSE_RANGE) else {
-        return -1;
-    };
-    // SAFETY: glibc's close_range, with the caller's arguments.
-    let r = unsafe { f(first, last, flags) };
-    if noting() {
-        sink::many_closed();
+pub unsafe extern "C" fn fclose(stream: *mut libc::FILE) -> c_int {
+    // SAFETY: the caller passes an open stream, as fclose requires; fileno_unlocked only reads
+    // its descriptor, without the stream's lock (the caller is closing it).
+    if noting() && !stream.is_null() && unsafe { fileno_unlocked(stream) } == 2 {
+        sink::keep_a_copy_of_stderr();
     }
-    r
+    let Some(f) = next::FCLOSE.func::<unsafe extern "C" fn(*mut libc::FILE) -> c_int>() else {
+        return libc::EOF;
+    };
+    // SAFETY: glibc's fclose, with the caller's stream.
+    unsafe { f(stream) }
 }
 
-/// # Safety
-/// The C `closefrom` contract.
-#[no_mangle]
-pub unsafe extern "C" fn closefrom(lowfd: c_int) {
-    if let Some(f) = next_fn::<unsafe extern "C" fn(c_int)>(&next::CLOSEFROM) {
-        // SAFETY: glibc's closefrom, with the caller's argument.
-        unsafe { f(lowfd) };
-    }
-    if noting() {
-        sink::many_closed();
-    }
+// SAFETY (of the declaration): glibc's `int fileno_unlocked(FILE *)`; the libc crate lacks it.
+unsafe extern "C" {
+    fn fileno_unlocked(stream: *mut libc::FILE) -> c_int;
 }
 
 /// # Safety
 /// The C `daemon` contract.
 #[no_mangle]
 pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
-    let Some(f) = next_fn::<unsafe extern "C" fn(c_int, c_int) -> c_int>(&next::DAEMON) else {
+    let Some(f) = next::DAEMON.func::<unsafe extern "C" fn(c_int, c_int) -> c_int>() else {
         return -1;
     };
     // SAFETY: glibc's daemon, with the caller's arguments; it returns only in the daemon.
@@ -143,8 +128,8 @@ pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
 /// # Safety
 /// The C `setsid` contract.
 #[no_mangle]
-pub unsafe extern "C" fn setsid() -> pid_t {
-    let Some(f) = next_fn::<unsafe extern "C" fn() -> pid_t>(&next::SETSID) else {
+pub unsafe extern "C" fn setsid() -> libc::pid_t {
+    let Some(f) = next::SETSID.func::<unsafe extern "C" fn() -> libc::pid_t>() else {
         return -1;
     };
     // SAFETY: glibc's setsid.

@@ -1,5 +1,6 @@
 //! The next definitions of the C library functions libdmem wraps outside the malloc family:
-//! `exit`, the descriptor calls of `fdhooks.rs` and the signal calls of `sighooks.rs`. Our
+//! `exit`, the descriptor and stream calls of `fdhooks.rs` and the signal calls of
+//! `sighooks.rs`. Our
 //! export of each keeps libdmem's own bookkeeping and calls the definition found here to do what
 //! the program asked, so every detail of glibc's contract (cancellation points, errno, the
 //! return value) stays glibc's.
@@ -39,14 +40,27 @@ impl Next {
         self.addr.store(p, Ordering::Release);
         p
     }
+
+    /// The next definition as a function of C signature `F` (an `unsafe extern "C" fn` type);
+    /// None, with errno ENOSYS, when the C library has none.
+    pub fn func<F: Copy>(&self) -> Option<F> {
+        const { assert!(core::mem::size_of::<F>() == core::mem::size_of::<*mut c_void>()) };
+        let f = self.get();
+        if f.is_null() {
+            crate::errno::set(libc::ENOSYS);
+            return None;
+        }
+        // SAFETY: each caller names the C signature of the function of this name; a function
+        // pointer has the size of a data pointer (checked above).
+        Some(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&f) })
+    }
 }
 
 pub static EXIT: Next = Next::new(c"exit");
 pub static CLOSE: Next = Next::new(c"close");
 pub static DUP2: Next = Next::new(c"dup2");
 pub static DUP3: Next = Next::new(c"dup3");
-pub static CLOSE_RANGE: Next = Next::new(c"close_range");
-pub static CLOSEFROM: Next = Next::new(c"closefrom");
+pub static FCLOSE: Next = Next::new(c"fclose");
 pub static DAEMON: Next = Next::new(c"daemon");
 pub static SETSID: Next = Next::new(c"setsid");
 pub static SIGACTION: Next = Next::new(c"sigaction");
@@ -65,8 +79,7 @@ pub fn resolve_all() {
         &CLOSE,
         &DUP2,
         &DUP3,
-        &CLOSE_RANGE,
-        &CLOSEFROM,
+        &FCLOSE,
         &DAEMON,
         &SETSID,
         &SIGACTION,

@@ -20,10 +20,11 @@
 //! `__sigaction` and `__sysv_signal` (what `signal` names under strict ISO C). The obsolete
 //! `sigvec` (not linkable since glibc 2.21) and a raw `rt_sigaction` system call are not seen.
 //!
-//! Changes are made under a lock with every signal blocked on the calling thread, so a handler
-//! that calls `sigaction` cannot interrupt one under way; between the view going into the kernel
-//! and libdmem's handler coming back (a few system calls), a fatal signal ends the process
-//! without a report, as the default would.
+//! The view is read and written under a lock with every signal blocked on the calling thread, so
+//! a handler that calls `sigaction` cannot interrupt it; the C library's function runs between,
+//! with the thread's own mask, which `sigset` reads and changes. Between the view going into the
+//! kernel and libdmem's handler coming back (a few system calls), a fatal signal ends the
+//! process without a report, as the default would.
 
 use crate::next::{self, Next};
 use crate::signals;
@@ -113,16 +114,11 @@ fn managed(sig: c_int) -> Option<usize> {
 
 /// The C library's `sigaction`, past our export.
 pub fn real_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    let f = next::SIGACTION.get();
-    if f.is_null() {
-        crate::errno::set(libc::ENOSYS);
-        return -1;
-    }
-    // SAFETY: the next `sigaction`, whose C signature this is; the pointers are the caller's.
-    unsafe {
-        let f: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int =
-            core::mem::transmute::<*mut libc::c_void, _>(f);
-        f(sig, act, old)
+    type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    match next::SIGACTION.func::<SigactionFn>() {
+        // SAFETY: the next `sigaction`; the pointers are the caller's, as sigaction takes them.
+        Some(f) => unsafe { f(sig, act, old) },
+        None => -1,
     }
 }
 
@@ -161,31 +157,20 @@ pub fn install_under_defaults() {
 }
 
 /// Runs `call`, the C library's own function changing `sig`'s disposition, on the program's
-/// view (see the module comment) and returns what it returns.
+/// view (see the module comment) and returns what it returns. The call itself runs outside the
+/// lock, with the thread's own signal mask, which it may read or change (`sigset`).
 fn on_the_view<R>(i: usize, call: impl FnOnce() -> R) -> R {
-    let mut lock = Locked::take();
     let sig = signals::FATAL[i];
-    let before = current(sig);
-    if is_ours(&before) {
-        let _errno = crate::errno::Keep::new();
-        real_sigaction(sig, lock.view(i), core::ptr::null_mut());
+    {
+        let mut lock = Locked::take();
+        if is_ours(&current(sig)) {
+            let _errno = crate::errno::Keep::new();
+            real_sigaction(sig, lock.view(i), core::ptr::null_mut());
+        }
     }
     let result = call();
-    keep_ours_under(&mut lock, i);
+    keep_ours_under(&mut Locked::take(), i);
     result
-}
-
-/// The next definition, as a function of C signature `F`; None when the C library has none
-/// (the caller then fails with ENOSYS).
-fn next_fn<F: Copy>(next: &Next) -> Option<F> {
-    let f = next.get();
-    if f.is_null() {
-        crate::errno::set(libc::ENOSYS);
-        return None;
-    }
-    // SAFETY: each caller names the C signature of the function it looked up; a function
-    // pointer has the size of a data pointer on every platform glibc runs on.
-    Some(unsafe { core::mem::transmute_copy::<*mut libc::c_void, F>(&f) })
 }
 
 type HandlerFn = unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t;
@@ -231,7 +216,7 @@ pub unsafe extern "C" fn __sigaction(
 
 /// A `(int, sighandler_t) -> sighandler_t` function of the C library, on the view.
 fn handler_call(next: &Next, sig: c_int, handler: sighandler_t) -> sighandler_t {
-    let call = || match next_fn::<HandlerFn>(next) {
+    let call = || match next.func::<HandlerFn>() {
         // SAFETY: the C function of that signature, with the caller's arguments.
         Some(f) => unsafe { f(sig, handler) },
         None => libc::SIG_ERR,
@@ -288,7 +273,7 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: sighandler_t) -> sighandler_t 
 /// The C `sigignore` contract.
 #[no_mangle]
 pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
-    let call = || match next_fn::<IntFn>(&next::SIGIGNORE) {
+    let call = || match next::SIGIGNORE.func::<IntFn>() {
         // SAFETY: glibc's `int sigignore(int)`.
         Some(f) => unsafe { f(sig) },
         None => -1,
@@ -303,7 +288,7 @@ pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
 /// The C `siginterrupt` contract.
 #[no_mangle]
 pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
-    let call = || match next_fn::<IntIntFn>(&next::SIGINTERRUPT) {
+    let call = || match next::SIGINTERRUPT.func::<IntIntFn>() {
         // SAFETY: glibc's `int siginterrupt(int, int)`.
         Some(f) => unsafe { f(sig, flag) },
         None => -1,

@@ -2,17 +2,20 @@
 //! checked to be the same file before every write, and what becomes of them when the program
 //! closes, replaces or hands away its descriptors.
 //!
-//! A program must find the descriptors it would find bare. So with no option that writes
-//! anything, libdmem keeps no descriptor at all: a message (a bad free, a bad option) goes to
-//! descriptor 2 as it is, while it still names the file standard error named at start (or the
-//! one the program put there with `dup2`). Only options that write as a matter of course keep a
-//! private descriptor, close-on-exec and above the low numbers programs use: the trace and report
-//! files, and a copy of standard error when the trace or the leak report goes there, so that the
-//! report of a program that closes standard error at exit (coreutils and everything built on
-//! gnulib do, through `fclose`) still arrives. That copy follows the program: it is let go when
-//! the program closes or replaces descriptor 2 (`close`, `dup2`, `dup3`, `close_range`), becomes
-//! a daemon (`daemon`, `setsid`) or closes the copy's own number, so a daemon never holds its
-//! caller's pipe open. `fdhooks.rs` tells this file about those calls.
+//! A program must find the descriptors it would find bare. So while it runs, libdmem keeps no
+//! descriptor of standard error: a message (a bad free, the trace, a bad option) goes to
+//! descriptor 2 as it is, while it still names the file standard error named at start, or the
+//! one the program put there with `dup2` (`fdhooks.rs` says when). Only the leak report needs
+//! more, since it comes after the program is done: coreutils and everything built on gnulib
+//! close standard error with `fclose` in an exit handler, xz right before it calls `exit`. So a
+//! private copy of standard error (close-on-exec, high) is taken at the moment the program
+//! calls `fclose` on it, or exit begins (our export of `exit`, or a thread-local destructor of
+//! the main thread, which glibc's `exit` runs before any exit handler), whichever comes first.
+//! The copy is let go when the program closes or replaces descriptor 2 itself (`close`, `dup2`,
+//! `dup3`) or becomes a daemon (`daemon`, `setsid`, after which none is taken), and in a child
+//! forked from then on; so a daemon never keeps its caller's pipe open. The trace and report
+//! files have private descriptors of their own, high too: a number the program closes or `dup2`s
+//! onto is let go or moved, so the program finds it free, as bare.
 //!
 //! Files are opened without blocking, so a FIFO nobody reads is refused at once (the output then
 //! goes to standard error, and one line says why), and a write that fails sends the rest to
@@ -115,11 +118,6 @@ impl Sink {
         }
     }
 
-    /// Forgets the descriptor without closing it: the program closed that number itself.
-    fn forget(&self) {
-        self.fd.store(-1, Ordering::Release);
-    }
-
     /// Moves a private descriptor to another high number, for a program that is about to
     /// `dup2` onto the number it had; it is let go if none is free.
     fn move_away(&self) {
@@ -197,9 +195,11 @@ pub static REPORT: Sink = Sink::closed();
 static STDERR_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
 /// Whether the report file already says that standard error could not be written.
 static SAID_STDERR_LOST: AtomicBool = AtomicBool::new(false);
-/// Whether the options write to standard error as a matter of course (the trace, or the leak
-/// report without a report file), so a private copy of it is kept.
-static KEEP_STDERR_COPY: AtomicBool = AtomicBool::new(false);
+/// Whether the leak report goes to standard error: a private copy of it is taken when the
+/// program closes it or exit begins.
+static REPORT_TO_STDERR: AtomicBool = AtomicBool::new(false);
+/// Whether the process became a daemon: no copy of standard error is taken from then on.
+static DETACHED: AtomicBool = AtomicBool::new(false);
 
 /// Remembers which file standard error names. Runs once, at the first allocation, before the
 /// options are read (their warnings go there), so no descriptor is taken yet.
@@ -213,15 +213,29 @@ pub fn init_stderr() {
     STDERR.point_at(2);
 }
 
-/// Standard error as the program now has it: a private copy when the options want one, else
-/// descriptor 2 itself; nothing when it is closed.
+/// Standard error as the program now has it: descriptor 2 itself, and no copy of what it was.
 fn follow_stderr() {
     let _errno = Keep::new();
     STDERR.release();
-    if KEEP_STDERR_COPY.load(Ordering::Relaxed) && STDERR.adopt(2, true) {
+    STDERR.point_at(2);
+}
+
+/// Whether the leak report goes to standard error, so that exit's beginning must be caught:
+/// the constructor's question.
+pub fn report_to_stderr() -> bool {
+    REPORT_TO_STDERR.load(Ordering::Relaxed)
+}
+
+/// The program is about to close standard error (`fclose`), or exit has begun: a private copy
+/// of it is taken for the report, which comes after the program is done with it.
+pub fn keep_a_copy_of_stderr() {
+    if !REPORT_TO_STDERR.load(Ordering::Relaxed) || DETACHED.load(Ordering::Relaxed) {
         return;
     }
-    STDERR.point_at(2);
+    let _errno = Keep::new();
+    if STDERR.fd.load(Ordering::Acquire) == 2 && STDERR.names_our_file(2) {
+        STDERR.adopt(2, true);
+    }
 }
 
 /// Opens `path` (NUL-terminated, `%p` already expanded) for `sink`: created, and truncated
@@ -329,11 +343,7 @@ pub fn init_files(o: &crate::options::Options) {
     CREATOR.store(!o.append_files, Ordering::Relaxed);
     let report_file = &o.report_file;
     let trace_file = &o.trace_file;
-    let report_to_stderr = o.leak_report && report_file[0] == 0;
-    if (o.trace_stderr || report_to_stderr) && STDERR.fd.load(Ordering::Relaxed) == 2 {
-        KEEP_STDERR_COPY.store(true, Ordering::Relaxed);
-        follow_stderr();
-    }
+    REPORT_TO_STDERR.store(o.leak_report && report_file[0] == 0, Ordering::Relaxed);
     if report_file[0] != 0 {
         REPORT_PATH.store(report_file.as_ptr().cast_mut(), Ordering::Release);
         // A shared file is opened now, so the first process truncates it before any descendant
@@ -374,6 +384,10 @@ pub fn created_shared_files() -> bool {
 pub fn after_fork_child() {
     let _errno = Keep::new();
     CREATOR.store(false, Ordering::Relaxed);
+    // A copy taken for the parent's report is not the child's: it goes at once.
+    if STDERR.fd.load(Ordering::Relaxed) > 2 {
+        follow_stderr();
+    }
     if let Some(p) = path_of(&REPORT_PATH) {
         if per_process(p) {
             REPORT.release();
@@ -546,7 +560,6 @@ pub fn program_closed_private(fd: i32) {
         }
     }
     if copy_of_stderr {
-        KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
         STDERR.point_at(2);
     }
 }
@@ -563,56 +576,27 @@ pub fn before_dup_onto(fd: i32) {
 }
 
 /// The program replaced its standard error (`dup2` or `dup3` onto 2): what it now names is
-/// standard error, and the copy of the old one is let go.
+/// standard error, and a copy of the old one is let go.
 pub fn stderr_replaced() {
     if !STDERR_CLOSED_AT_START.load(Ordering::Relaxed) {
         follow_stderr();
     }
 }
 
-/// The program closed its standard error: the copy of it is let go, and nothing meant for it is
-/// written until the program puts a file there again with `dup2`.
+/// The program closed its standard error itself (`close(2)`): a copy of it is let go, and
+/// nothing meant for it is written until the program puts a file there again with `dup2`.
 pub fn stderr_closed() {
     let _errno = Keep::new();
     STDERR.release();
 }
 
-/// The kernel closed a range of descriptors for the program (`close_range`, `closefrom`):
-/// private ones that no longer name our files are gone, and so is standard error if descriptor
-/// 2 is closed. What is still open is looked at, not the range asked for.
-pub fn many_closed() {
-    let _errno = Keep::new();
-    let copy_of_stderr = STDERR.fd.load(Ordering::Relaxed);
-    let mut copy_gone = false;
-    for sink in [&STDERR, &TRACE, &REPORT] {
-        let fd = sink.fd.load(Ordering::Relaxed);
-        if fd >= 0 && fd != 2 && !sink.names_our_file(fd) {
-            sink.forget();
-            copy_gone |= fd == copy_of_stderr;
-        }
-    }
-    // SAFETY: F_GETFD only asks whether descriptor 2 is open.
-    if unsafe { libc::fcntl(2, libc::F_GETFD) } < 0 {
-        STDERR.release();
-    } else if copy_gone {
-        KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
-        STDERR.point_at(2);
-    }
-}
-
-/// The program became a daemon (`daemon`, or `setsid` on its way there): no copy of standard
-/// error is kept any more, so its caller's pipe or terminal is held only through descriptor 2,
-/// as bare, and released when the program lets that go.
+/// The program became a daemon (`daemon`, or `setsid` on its way there): a copy of standard
+/// error is let go and none is taken again, so its caller's pipe or terminal is held only
+/// through descriptor 2, as bare.
 pub fn detached() {
-    let _errno = Keep::new();
-    KEEP_STDERR_COPY.store(false, Ordering::Relaxed);
-    if STDERR.fd.load(Ordering::Relaxed) == 2 || STDERR_CLOSED_AT_START.load(Ordering::Relaxed) {
-        return;
-    }
-    let had = STDERR.fd.load(Ordering::Relaxed) >= 0;
-    STDERR.release();
-    if had {
-        STDERR.point_at(2);
+    DETACHED.store(true, Ordering::Relaxed);
+    if STDERR.fd.load(Ordering::Relaxed) > 2 {
+        follow_stderr();
     }
 }
 

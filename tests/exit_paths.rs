@@ -397,6 +397,45 @@ fn report_files_per_process_and_shared_by_a_process_tree() {
     }
 }
 
+/// A report file that cannot be written, or a FIFO nobody reads, loses nothing: the report goes
+/// to stderr, and one line there says why, naming the file.
+#[test]
+fn a_report_file_that_fails_sends_the_report_to_stderr_saying_why_once() {
+    let dir = scratch_dir("exit_report_fifo");
+    let fifo = dir.join("fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let cases = [
+        (
+            "/dev/full".to_string(),
+            "dmem: cannot write to report-file '/dev/full' (No space left on device); writing the leak report to stderr".to_string(),
+        ),
+        (
+            fifo.display().to_string(),
+            format!("dmem: cannot open report-file '{}' (a FIFO that nothing reads); writing the leak report to stderr", fifo.display()),
+        ),
+    ];
+    for (file, why) in cases {
+        let opts = format!("leak-report,report-file={file}");
+        let out = run_limited(
+            &mut with_dmem(fixture("exit_ways"), &["return"], &opts, None),
+            LIMIT,
+        );
+        let err = common::text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{file}: {}\n{err}",
+            status_text(&out.status)
+        );
+        let said: Vec<&str> = err.lines().filter(|l| l.starts_with("dmem: cannot")).collect();
+        assert_eq!(said, [why.as_str()], "{file}:\n{err}");
+        assert_eq!(err.matches("dmem: leak summary:").count(), 1, "{file}:\n{err}");
+        assert_eq!(blocks(&report_summary(&err)), BUILT, "{file}:\n{err}");
+    }
+}
+
 /// A bad `%` sequence in a path is refused at start-up with the one warning line.
 #[test]
 fn a_bad_percent_sequence_is_refused() {

@@ -337,6 +337,59 @@ fn trace_file_receives_the_trace_instead_of_stderr() {
     check_driver_trace(&trace);
 }
 
+/// A trace file that is a FIFO nobody reads neither holds the program before `main` nor hides
+/// the trace: one line says why, and the trace goes to stderr.
+#[test]
+fn a_trace_file_on_a_fifo_nobody_reads_goes_to_stderr() {
+    let dir = common::scratch_dir("trace_fifo");
+    let fifo = dir.join("fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let opts = format!("trace-file={}", fifo.display());
+    let out = run_limited(&mut with_dmem(common::fixture("driver"), &[], &opts, None), LIMIT);
+    assert!(
+        !run::timed_out(&out),
+        "the program waited for a reader of the FIFO"
+    );
+    assert!(
+        mismatch(&bare_runs()["driver"], &out).is_none(),
+        "{:?}",
+        mismatch(&bare_runs()["driver"], &out)
+    );
+    let stderr = common::text(&out.stderr);
+    let said: Vec<&str> = stderr.lines().filter(|l| l.starts_with("dmem:")).collect();
+    assert_eq!(
+        said,
+        [format!(
+            "dmem: cannot open trace-file '{}' (a FIFO that nothing reads); tracing to stderr",
+            fifo.display()
+        )],
+        "{stderr}"
+    );
+    check_driver_trace(&stderr);
+}
+
+/// What a program can read of glibc's contract beyond its own checks (`invisible_contract`):
+/// usable sizes of small blocks, errno after a failed posix_memalign, the address space a 1 GiB
+/// alignment takes, as bare.
+#[test]
+fn glibcs_usable_sizes_errno_and_alignment_cost_hold_preloaded() {
+    let prog = common::fixture("invisible_contract");
+    let want = run_limited(&mut bare(&prog, &[]), LIMIT);
+    assert!(want.status.success(), "{}", status_text(&want.status));
+    for opts in ["", "no-log-allocs"] {
+        let got = run_limited(&mut with_dmem(&prog, &[], opts, None), LIMIT);
+        assert_eq!(
+            common::text(&got.stdout),
+            common::text(&want.stdout),
+            "DMEM_OPTS={opts:?}:
+{}",
+            common::text(&got.stderr)
+        );
+    }
+}
+
 const OPTION_NAMES: &[&str] = &[
     "trace-stderr",
     "trace-file",

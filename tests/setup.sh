@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3
     python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
     nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz
-    git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus)
+    git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus make:make)
 missing=()
 for entry in "${packages[@]}"; do
     p=${entry%%:*}
@@ -22,14 +22,23 @@ for entry in "${packages[@]}"; do
         missing+=("$p")
     fi
 done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "installing: ${missing[*]}"
-    sudo=()
+install() {
+    echo "installing: $*"
+    local sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         sudo=(sudo)
     fi
     "${sudo[@]}" apt-get update
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "$@"
+}
+if [ ${#missing[@]} -gt 0 ]; then
+    install "${missing[@]}"
+fi
+
+# CPython's own test suite (tests/invisible.rs runs its test_subprocess preloaded), for the
+# python3 on PATH, unless it has it already.
+if ! python3 -c 'import test.test_subprocess' 2>/dev/null; then
+    install "libpython3.$(python3 -c 'import sys; print(sys.version_info.minor)')-testsuite"
 fi
 
 # The lints: rustfmt and clippy come with rustup's default profile; add them where they do not.

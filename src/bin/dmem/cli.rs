@@ -108,9 +108,10 @@ impl Command {
 #[command(help_template = TEMPLATE)]
 pub struct RunArgs {
     /// DMEM_OPTS for the library, comma-separated, e.g. -o abort-shutdown or -o trace-stderr;
-    /// repeat -o to add more. Without -o, DMEM_OPTS is inherited. 'abort-shutdown' aborts at
-    /// exit so a core holds exactly the unfreed blocks: dmem then raises the core-size limit and
-    /// says where the core went. '-o help' lists every option.
+    /// repeat -o to add more. Without -o, DMEM_OPTS is inherited. 'abort-shutdown' aborts the
+    /// program (not the processes it starts; 'abort-shutdown=all' for those too) at exit so a
+    /// core holds exactly the unfreed blocks: dmem then raises the core-size limit and says where
+    /// the core went. '-o help' lists every option.
     #[arg(short = 'o', long = "opts", value_name = "OPTS")]
     pub opts: Vec<String>,
     /// Move the core into DIR (created if missing) as core.PROG.PID

@@ -86,7 +86,8 @@ pub fn main(args: cli::RunArgs) -> Result<i32> {
 
 /// Whether the library's options ask for a core at exit.
 pub fn asks_for_core(opts: &str) -> bool {
-    opts.split(',').any(|w| w.trim() == "abort-shutdown")
+    opts.split(',')
+        .any(|w| matches!(w.trim(), "abort-shutdown" | "abort-shutdown=all"))
 }
 
 /// Runs the program and reports how it ended, with the core it left when it left one.
