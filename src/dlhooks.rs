@@ -12,31 +12,8 @@
 //! stack early or records wrong frames but never faults: every read of the walk stays on the
 //! thread's own stack.
 
-use crate::{thread, unwind};
+use crate::{next, unwind};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
-
-type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
-
-/// The next `dlclose` (glibc's), found on first use.
-static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
-
-fn real_dlclose() -> Option<Dlclose> {
-    let mut f = REAL_DLCLOSE.load(Ordering::Relaxed);
-    if f == 0 {
-        // dlsym may allocate (for an error message); the guard keeps that off the tracked path.
-        let _guard = thread::Guard::enter();
-        // SAFETY: RTLD_NEXT with a NUL-terminated name is dlsym's documented use.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) } as usize;
-        if f == 0 {
-            return None;
-        }
-        REAL_DLCLOSE.store(f, Ordering::Relaxed);
-    }
-    // SAFETY: `f` is the address dlsym returned for `dlclose`, whose C signature `Dlclose`
-    // matches.
-    Some(unsafe { core::mem::transmute::<usize, Dlclose>(f) })
-}
 
 /// Unloads as glibc does, then drops the walker's cached rules.
 ///
@@ -44,7 +21,7 @@ fn real_dlclose() -> Option<Dlclose> {
 /// As for glibc's `dlclose`: `handle` must come from `dlopen`.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let Some(real) = real_dlclose() else {
+    let Some(real) = next::DLCLOSE.func::<unsafe extern "C" fn(*mut c_void) -> c_int>() else {
         return -1;
     };
     // SAFETY: forwarded unchanged; the caller's contract is glibc's.

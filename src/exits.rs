@@ -36,7 +36,8 @@ pub unsafe extern "C" fn exit(status: c_int) -> ! {
 /// the same thread calling it again (from an exit handler) goes on, as glibc allows. Returns the
 /// address of glibc's `exit`.
 extern "C" fn exit_gate() -> usize {
-    if finish::has_an_end() {
+    // A vfork child shares our memory: what it notes here would hold its parent's exit.
+    if finish::has_an_end() && !finish::in_shared_memory_child() {
         let me = crate::thread::gettid();
         if let Err(other) = EXITING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             if other != me {
@@ -107,16 +108,10 @@ pub unsafe extern "C" fn quick_exit(status: c_int) -> ! {
         crate::sink::keep_a_copy_of_stderr();
     }
     // The next quick_exit runs the program's handlers, newest first, and ours last, which then
-    // ends the process. dlsym takes the loader's lock, which is recursive, and nothing of ours
-    // holds it here.
-    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"quick_exit".as_ptr()) };
-    if !next.is_null() {
-        // SAFETY: the next definition of quick_exit, `void quick_exit(int)`.
-        unsafe {
-            let next: extern "C" fn(c_int) = core::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(next);
-            next(status);
-        }
+    // ends the process.
+    if let Some(next) = next::QUICK_EXIT.func::<unsafe extern "C" fn(c_int)>() {
+        // SAFETY: glibc's `void quick_exit(int)`.
+        unsafe { next(status) };
     }
     finish::finish(status, Way::Immediate, &Entry::capture())
 }

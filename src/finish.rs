@@ -129,6 +129,7 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
         // take them all, waiting a little for an owner inside a change (one that never leaves
         // it, a thread stopped by a debugger, must not keep the core from being written).
         crate::lists::try_lock_all_within(LISTS_WAIT_NS);
+        crate::own_heap::discard_emergency();
         scrub_stack();
         // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
         // never freed.

@@ -1,6 +1,6 @@
 //! The next definitions of the C library functions libdmem wraps outside the malloc family:
-//! `exit`, the descriptor and stream calls of `fdhooks.rs` and the signal calls of
-//! `sighooks.rs`. Our
+//! `exit` and `quick_exit`, `dlclose`, the descriptor and stream calls of `fdhooks.rs` and the
+//! signal calls of `sighooks.rs`. Our
 //! export of each keeps libdmem's own bookkeeping and calls the definition found here to do what
 //! the program asked, so every detail of glibc's contract (cancellation points, errno, the
 //! return value) stays glibc's.
@@ -34,6 +34,8 @@ impl Next {
         if !p.is_null() {
             return p;
         }
+        // dlsym may allocate (for an error message); the guard keeps that off the tracked path.
+        let _guard = crate::thread::Guard::enter();
         // SAFETY: RTLD_NEXT lookup of a NUL-terminated name, as documented; it may call our
         // calloc, which the bootstrap arena serves if the real allocator is not known yet.
         let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
@@ -56,7 +58,9 @@ impl Next {
     }
 }
 
+pub static DLCLOSE: Next = Next::new(c"dlclose");
 pub static EXIT: Next = Next::new(c"exit");
+pub static QUICK_EXIT: Next = Next::new(c"quick_exit");
 pub static CLOSE: Next = Next::new(c"close");
 pub static DUP2: Next = Next::new(c"dup2");
 pub static DUP3: Next = Next::new(c"dup3");
@@ -75,7 +79,9 @@ pub static SIGINTERRUPT: Next = Next::new(c"siginterrupt");
 /// Looks every function up; the constructor calls it before `main`.
 pub fn resolve_all() {
     for next in [
+        &DLCLOSE,
         &EXIT,
+        &QUICK_EXIT,
         &CLOSE,
         &DUP2,
         &DUP3,

@@ -20,6 +20,11 @@ static REFILL: AtomicBool = AtomicBool::new(false);
 /// Each emergency mapping's size at least; reserved lazily by the kernel, so only what is
 /// touched costs memory.
 const CHUNK: usize = 64 << 20;
+/// The emergency mappings made, start and length, for `discard_emergency`.
+const MAX_CHUNKS: usize = 64;
+static CHUNK_START: [AtomicUsize; MAX_CHUNKS] = [const { AtomicUsize::new(0) }; MAX_CHUNKS];
+static CHUNK_LEN: [AtomicUsize; MAX_CHUNKS] = [const { AtomicUsize::new(0) }; MAX_CHUNKS];
+static CHUNKS: AtomicUsize = AtomicUsize::new(0);
 
 /// From now on the heap never calls the real allocator (see the module comment).
 pub fn enter_emergency() {
@@ -29,6 +34,23 @@ pub fn enter_emergency() {
 /// Whether the heap has switched to the emergency pages (a report from a fatal signal).
 pub fn in_emergency() -> bool {
     EMERGENCY.load(Ordering::Relaxed)
+}
+
+/// Unmaps the emergency pages, for good: the exit report is done, and a core written next must
+/// not hold its copies of block addresses in memory that, being no heap, a reader of the core
+/// would scan as the program's. Nothing may be allocated afterwards.
+pub fn discard_emergency() {
+    let n = CHUNKS.load(Ordering::Acquire).min(MAX_CHUNKS);
+    for i in 0..n {
+        let (start, len) = (
+            CHUNK_START[i].load(Ordering::Relaxed),
+            CHUNK_LEN[i].load(Ordering::Acquire),
+        );
+        if len != 0 {
+            // SAFETY: a mapping this file made and nothing uses any more (see above).
+            unsafe { libc::syscall(libc::SYS_munmap, start, len) };
+        }
+    }
 }
 
 fn emergency_alloc(layout: Layout) -> *mut u8 {
@@ -69,6 +91,11 @@ fn emergency_alloc(layout: Layout) -> *mut u8 {
         if p == libc::MAP_FAILED {
             REFILL.store(false, Ordering::Release);
             return core::ptr::null_mut();
+        }
+        let n = CHUNKS.fetch_add(1, Ordering::AcqRel);
+        if n < MAX_CHUNKS {
+            CHUNK_START[n].store(p as usize, Ordering::Relaxed);
+            CHUNK_LEN[n].store(len, Ordering::Release);
         }
         BUMP_END.store(p as usize + len, Ordering::Release);
         BUMP.store(p as usize, Ordering::Release);

@@ -149,6 +149,11 @@ fn run_pending() {
 /// Ends the process of `sig`: the default action is back (SA_RESETHAND, or set here), so a fault
 /// returns to the faulting instruction and an asynchronous signal is raised again and unblocked.
 fn die(sig: c_int, fault: bool) {
+    // The default action may write a core: it must not hold the report's copies (a vfork
+    // child's memory is its parent's, whose they would be).
+    if !finish::in_shared_memory_child() {
+        own_heap::discard_emergency();
+    }
     // SAFETY: setting the default action, raising the signal at this thread and unblocking it:
     // plain system calls on valid arguments.
     unsafe {

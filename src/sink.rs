@@ -336,7 +336,7 @@ fn say_file_problem(what: &str, path: &[u8], err: i32, then: &str) {
     out.str("); ").str(then).str("\n").flush();
 }
 
-/// Opens the files the options name and takes a copy of standard error if they write there.
+/// Opens the files the options name, and notes whether the report goes to standard error.
 /// Runs once, at the first allocation, after `init_stderr` and the options.
 pub fn init_files(o: &crate::options::Options) {
     let _errno = Keep::new();

@@ -91,7 +91,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     } else {
         procmaps::all()
     };
-    let (live, breaks) = snapshot(&maps);
+    let (mut live, breaks) = snapshot(&maps);
     let mut blocks = Blocks::with_capacity(live.len());
     for b in &live {
         blocks.push(b.start, b.start + b.size);
@@ -155,7 +155,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     let classes: Vec<Class> = (0..live.len()).map(|i| marker.class(i)).collect();
     let heuristic: Vec<Option<Heuristic>> = (0..live.len()).map(|i| marker.heuristic(i)).collect();
     let glibc = !objs.libc_data.is_empty();
-    write_report(
+    let leaked = write_report(
         &live,
         &classes,
         &heuristic,
@@ -163,5 +163,29 @@ pub fn leak_report(entry: &Entry) -> usize {
         &notes,
         &breaks,
         glibc && arena.is_none(),
-    )
+    );
+    // The tables of block addresses made before the stop are not given back (the heap has
+    // switched to its own pages, which are unmapped before a core is written): a reader of that
+    // core, scanning the program's memory, must not find them there.
+    for (start, end) in blocks.buffers() {
+        // SAFETY: the two address buffers of `blocks`, ours, which nothing reads after this.
+        unsafe { core::ptr::write_bytes(start as *mut u8, 0, end - start) };
+    }
+    scrub(&mut live);
+    scrub(&mut roots);
+    leaked
+}
+
+/// Zeroes a vector's whole buffer and empties it (see the end of `leak_report`).
+fn scrub<T>(v: &mut Vec<T>) {
+    // SAFETY: the buffer is the vector's own, `capacity` elements long; with its length set to
+    // zero first, no element is read or dropped afterwards, whatever the bytes are.
+    unsafe {
+        v.set_len(0);
+        core::ptr::write_bytes(
+            v.as_mut_ptr().cast::<u8>(),
+            0,
+            v.capacity() * core::mem::size_of::<T>(),
+        );
+    }
 }
