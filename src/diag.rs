@@ -96,47 +96,24 @@ static OBJECTS: AtomicPtr<Vec<Object>> = AtomicPtr::new(core::ptr::null_mut());
 /// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' names and segments are
 /// kept, and the `backtrace` crate lists them too now (once per process).
 pub fn name_without_the_loader() {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info for one object and our data pointer,
-        // a Vec<Object>; the program headers it points at are the object's, mapped.
-        unsafe {
-            let objects = &mut *data.cast::<Vec<Object>>();
-            let info = &*info;
-            let path = if info.dlpi_name.is_null() {
-                &b""[..]
-            } else {
-                core::ffi::CStr::from_ptr(info.dlpi_name).to_bytes()
-            };
-            let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-            let ranges = phdrs
-                .iter()
-                .filter(|p| p.p_type == libc::PT_LOAD)
-                .map(|p| {
-                    let start = info.dlpi_addr as usize + p.p_vaddr as usize;
-                    (start, start + p.p_memsz as usize)
-                })
-                .collect();
-            objects.push(Object {
-                name: path.rsplit(|&b| b == b'/').next().unwrap_or(path).to_vec(),
-                ranges,
-            });
-        }
-        0
-    }
     if !OBJECTS.load(Ordering::Acquire).is_null() {
         return;
     }
     let mut objects: Vec<Object> = Vec::new();
-    // SAFETY: the callback only reads what the loader hands it and pushes to our Vec.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut objects as *mut Vec<Object>).cast()) };
-    // The main program is listed with an empty name: name it as the loader would.
-    if let Some(first) = objects.first_mut().filter(|o| o.name.is_empty()) {
-        first.name = program_name();
-    }
+    crate::unwind::each_object(&mut |path, bias, phdrs| {
+        let ranges = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .map(|p| (bias + p.p_vaddr as usize, bias + (p.p_vaddr + p.p_memsz) as usize))
+            .collect();
+        let name = match path.rsplit(|&b| b == b'/').next() {
+            // The main program is listed with an empty name: named as the loader would.
+            Some([]) | None => program_name(),
+            Some(base) => base.to_vec(),
+        };
+        objects.push(Object { name, ranges });
+        false
+    });
     OBJECTS.store(Box::into_raw(Box::new(objects)), Ordering::Release);
     // An address in no object: the crate lists the objects once, and finds nothing to parse.
     backtrace::resolve(core::ptr::null_mut(), |_| {});

@@ -214,17 +214,22 @@ pub unsafe extern "C" fn __sigaction(
     unsafe { sigaction(sig, act, old) }
 }
 
-/// A `(int, sighandler_t) -> sighandler_t` function of the C library, on the view.
-fn handler_call(next: &Next, sig: c_int, handler: sighandler_t) -> sighandler_t {
-    let call = || match next.func::<HandlerFn>() {
-        // SAFETY: the C function of that signature, with the caller's arguments.
-        Some(f) => unsafe { f(sig, handler) },
-        None => libc::SIG_ERR,
-    };
+/// Runs `call`, one of the C library's calls for `sig`'s disposition: on the program's view when
+/// libdmem keeps its handler under that signal, else as it is.
+fn for_signal<R>(sig: c_int, call: impl FnOnce() -> R) -> R {
     match managed(sig) {
         None => call(),
         Some(i) => on_the_view(i, call),
     }
+}
+
+/// A `(int, sighandler_t) -> sighandler_t` function of the C library, on the view.
+fn handler_call(next: &Next, sig: c_int, handler: sighandler_t) -> sighandler_t {
+    for_signal(sig, || match next.func::<HandlerFn>() {
+        // SAFETY: the C function of that signature, with the caller's arguments.
+        Some(f) => unsafe { f(sig, handler) },
+        None => libc::SIG_ERR,
+    })
 }
 
 /// # Safety
@@ -273,28 +278,20 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: sighandler_t) -> sighandler_t 
 /// The C `sigignore` contract.
 #[no_mangle]
 pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
-    let call = || match next::SIGIGNORE.func::<IntFn>() {
+    for_signal(sig, || match next::SIGIGNORE.func::<IntFn>() {
         // SAFETY: glibc's `int sigignore(int)`.
         Some(f) => unsafe { f(sig) },
         None => -1,
-    };
-    match managed(sig) {
-        None => call(),
-        Some(i) => on_the_view(i, call),
-    }
+    })
 }
 
 /// # Safety
 /// The C `siginterrupt` contract.
 #[no_mangle]
 pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
-    let call = || match next::SIGINTERRUPT.func::<IntIntFn>() {
+    for_signal(sig, || match next::SIGINTERRUPT.func::<IntIntFn>() {
         // SAFETY: glibc's `int siginterrupt(int, int)`.
         Some(f) => unsafe { f(sig, flag) },
         None => -1,
-    };
-    match managed(sig) {
-        None => call(),
-        Some(i) => on_the_view(i, call),
-    }
+    })
 }

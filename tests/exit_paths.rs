@@ -10,7 +10,7 @@ use common::run;
 mod valgrind;
 
 use common::{fixture, have_tool, lib_path, scratch_dir, which};
-use run::{bare, run_limited, status_text, with_dmem, LIMIT};
+use run::{bare, no_cores, run_limited, status_text, with_dmem, LIMIT};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -21,21 +21,6 @@ use valgrind::{report_summary, Summary};
 /// What `exit_ways` builds, in blocks per class (definitely, indirectly, possibly lost, still
 /// reachable), when nothing of the list is left in a register (it is on `return`).
 const BUILT: [u64; 4] = [1, 2, 0, 1];
-
-/// No core files from the fixtures' crashes and aborts: the tests look at statuses only.
-fn no_cores(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            let zero = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            Ok(())
-        })
-    }
-}
 
 /// The signal that ended a run, if one did.
 fn signal_of(s: &ExitStatus) -> Option<i32> {

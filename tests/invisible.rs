@@ -13,41 +13,16 @@ mod corefile;
 mod valgrind;
 
 use common::{fixture, have_tool, lib_path, scratch_dir, text, which};
-use run::{bare, run_limited, status_text, with_dmem, LIMIT};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use run::{bare, no_cores, run_limited, status_text, with_dmem, LIMIT};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use valgrind::report_summary;
 
-/// No core files from the fixtures' aborts: the tests look at statuses.
-fn no_cores(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            let zero = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            Ok(())
-        })
-    }
-}
-
 /// The run with at most 512 descriptors, as under `ulimit -n 512`.
 fn few_descriptors(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 512,
-                rlim_max: 512,
-            };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            Ok(())
-        })
-    }
+    run::with_rlimit(cmd, libc::RLIMIT_NOFILE, 512)
 }
 
 /// The run as it is.

@@ -39,37 +39,61 @@ pub fn init() {
         objects::init();
         thread_tables::init(fast::forget_table);
     }
+    let probe = init as *const () as usize;
+    each_object(&mut |_, bias, phdrs| {
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+            lo = lo.min(bias + ph.p_vaddr as usize);
+            hi = hi.max(bias + (ph.p_vaddr + ph.p_memsz) as usize);
+        }
+        let ours = probe >= lo && probe < hi;
+        if ours {
+            OWN_LO.store(lo, Ordering::Relaxed);
+            OWN_HI.store(hi, Ordering::Relaxed);
+        }
+        ours
+    });
+}
+
+/// What `each_object` calls with each loaded object's path (empty for the main program), load
+/// bias and program headers; true stops the walk.
+pub type ObjectVisit<'a> = dyn FnMut(&[u8], usize, &[libc::Elf64_Phdr]) -> bool + 'a;
+
+/// Calls `f` with each loaded object, through `dl_iterate_phdr`, until it returns true. It takes
+/// the loader's lock and does not allocate.
+pub fn each_object(f: &mut ObjectVisit) {
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut libc::c_void,
     ) -> libc::c_int {
         // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr array has dlpi_phnum
-        // entries, for the duration of this callback; `data` is the address we passed below.
+        // entries and whose name is NUL-terminated, for the duration of this callback; `data` is
+        // the closure passed below.
         unsafe {
-            let probe = *(data as *const usize);
+            let f = &mut *(data as *mut &mut ObjectVisit);
             let info = &*info;
-            let base = info.dlpi_addr as usize;
-            let (mut lo, mut hi) = (usize::MAX, 0usize);
-            for i in 0..info.dlpi_phnum as usize {
-                let ph = &*info.dlpi_phdr.add(i);
-                if ph.p_type == libc::PT_LOAD {
-                    lo = lo.min(base + ph.p_vaddr as usize);
-                    hi = hi.max(base + (ph.p_vaddr + ph.p_memsz) as usize);
-                }
-            }
-            if probe >= lo && probe < hi {
-                OWN_LO.store(lo, Ordering::Relaxed);
-                OWN_HI.store(hi, Ordering::Relaxed);
-                return 1;
-            }
-            0
+            let name = if info.dlpi_name.is_null() {
+                &b""[..]
+            } else {
+                core::ffi::CStr::from_ptr(info.dlpi_name).to_bytes()
+            };
+            let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+                &[]
+            } else {
+                core::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum))
+            };
+            libc::c_int::from(f(name, info.dlpi_addr as usize, phdrs))
         }
     }
-    let mut probe = init as *const () as usize;
-    // SAFETY: `visit` matches the callback type and only reads `probe` through `data`.
+    let mut f = f;
+    // SAFETY: `visit` matches the callback type and uses `data` only as the closure it is given
+    // here, which outlives the call.
     unsafe {
-        libc::dl_iterate_phdr(Some(visit), (&mut probe as *mut usize).cast());
+        libc::dl_iterate_phdr(
+            Some(visit),
+            (&mut f as *mut &mut dyn FnMut(&[u8], usize, &[libc::Elf64_Phdr]) -> bool).cast(),
+        );
     }
 }
 

@@ -137,54 +137,19 @@ pub(super) fn object_from_header(start: usize, end: usize) -> Option<Object<'sta
 /// callback of that walk that allocates waits at most for one of our list locks, which no thread
 /// holds while it walks a stack.
 pub(super) fn with_object_iterate<F: FnOnce(&Object) -> Rule>(pc: usize, f: F) -> Option<Rule> {
-    pub(super) struct Search<G> {
-        pc: usize,
-        f: Option<G>,
-        found: Option<Rule>,
-    }
-    unsafe extern "C" fn visit<G: FnOnce(&Object) -> Rule>(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr array has dlpi_phnum
-        // entries, for the duration of this callback; `data` is the `Search` passed below.
-        unsafe {
-            let search = &mut *(data as *mut Search<G>);
-            let info = &*info;
-            let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-                &[]
-            } else {
-                core::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum))
-            };
-            let obj = Object {
-                bias: info.dlpi_addr as usize,
-                phdrs,
-            };
-            let inside = phdrs.iter().any(|ph| {
-                let lo = obj.bias.wrapping_add(ph.p_vaddr as usize);
-                ph.p_type == libc::PT_LOAD
-                    && search.pc >= lo
-                    && search.pc < lo.wrapping_add(ph.p_memsz as usize)
-            });
-            if !inside {
-                return 0;
+    let mut f = Some(f);
+    let mut found = None;
+    super::each_object(&mut |_, bias, phdrs| {
+        let inside = phdrs.iter().any(|ph| {
+            let lo = bias.wrapping_add(ph.p_vaddr as usize);
+            ph.p_type == libc::PT_LOAD && pc >= lo && pc < lo.wrapping_add(ph.p_memsz as usize)
+        });
+        if inside {
+            if let Some(f) = f.take() {
+                found = Some(f(&Object { bias, phdrs }));
             }
-            if let Some(f) = search.f.take() {
-                search.found = Some(f(&obj));
-            }
-            1
         }
-    }
-    let mut search = Search {
-        pc,
-        f: Some(f),
-        found: None,
-    };
-    // SAFETY: `visit::<F>` matches the callback type and uses `data` only as the `Search<F>` it
-    // is given here, which outlives the call.
-    unsafe {
-        libc::dl_iterate_phdr(Some(visit::<F>), (&mut search as *mut Search<F>).cast());
-    }
-    search.found
+        inside
+    });
+    found
 }

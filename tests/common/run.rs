@@ -174,3 +174,23 @@ pub fn assert_none(what: &str, failures: &[String]) {
         failures.join("\n  ")
     );
 }
+
+/// Sets the run's limit `resource` (soft and hard) to `value` before it starts, as `ulimit` does.
+pub fn with_rlimit(cmd: &mut Command, resource: libc::__rlimit_resource_t, value: u64) -> &mut Command {
+    // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            libc::setrlimit(resource, &lim);
+            Ok(())
+        })
+    }
+}
+
+/// No core files from a run's crashes and aborts: the tests that use it look at statuses.
+pub fn no_cores(cmd: &mut Command) -> &mut Command {
+    with_rlimit(cmd, libc::RLIMIT_CORE, 0)
+}
