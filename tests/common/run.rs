@@ -82,19 +82,7 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
 /// Limits the address space of what `cmd` starts to `bytes` (RLIMIT_AS), so a run that would
 /// grow without bound fails an allocation instead of taking the machine's memory.
 pub fn memory_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
-    // SAFETY: setrlimit is async-signal-safe and changes only the child's own limits.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
+    with_rlimit(cmd, libc::RLIMIT_AS, bytes)
 }
 
 /// `prog args` with no preloading at all (whatever the test's own environment has).
@@ -177,14 +165,16 @@ pub fn assert_none(what: &str, failures: &[String]) {
 
 /// Sets the run's limit `resource` (soft and hard) to `value` before it starts, as `ulimit` does.
 pub fn with_rlimit(cmd: &mut Command, resource: libc::__rlimit_resource_t, value: u64) -> &mut Command {
-    // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
+    // SAFETY: setrlimit is async-signal-safe and changes only the child's own limits.
     unsafe {
         cmd.pre_exec(move || {
             let lim = libc::rlimit {
                 rlim_cur: value,
                 rlim_max: value,
             };
-            libc::setrlimit(resource, &lim);
+            if libc::setrlimit(resource, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         })
     }
