@@ -22,13 +22,18 @@ for entry in "${packages[@]}"; do
         missing+=("$p")
     fi
 done
+# Package lists are fetched once per run, before the first install.
+updated=no
 install() {
     echo "installing: $*"
     local sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         sudo=(sudo)
     fi
-    "${sudo[@]}" apt-get update
+    if [ "$updated" = no ]; then
+        "${sudo[@]}" apt-get update
+        updated=yes
+    fi
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "$@"
 }
 if [ ${#missing[@]} -gt 0 ]; then
