@@ -85,6 +85,9 @@ static void *get(size_t *n)
         pthread_cond_wait(&q.more, &q.lock);
     void *p = q.items[q.head];
     *n = q.sizes[q.head];
+    /* The slot forgets the block: a freed block's address left here would point into whatever
+     * glibc later carves from that memory (the block leak() orphans, say), and hold it. */
+    q.items[q.head] = NULL;
     q.head = (q.head + 1) % QCAP;
     q.n--;
     pthread_cond_signal(&q.room);
