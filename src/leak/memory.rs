@@ -7,12 +7,13 @@ use crate::analysis::arena::Words;
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::reach::{self, Source};
 
-/// Whether `[start, end)` (8-byte aligned) can be read: inside one readable mapping of `maps`
-/// (sorted), or, with no maps at hand (a report from a fatal signal reads none), as the kernel
-/// finds it when asked to copy the range.
+/// Whether `[start, end)` (8-byte aligned) can be read: inside one readable range of `maps`
+/// (sorted; adjacent mappings with the same permissions are one range), or, with no maps at
+/// hand (a report from a fatal signal reads none), as the kernel finds it when asked to copy the
+/// range.
 pub fn readable(maps: &[Mapping], start: usize, end: usize) -> bool {
     if !maps.is_empty() {
-        return maps::find(maps, start).is_some_and(|m| m.readable && end <= m.end);
+        return maps::readable(maps, start, end);
     }
     let mut got = 0;
     stopworld::read_words_checked(start, end, &mut |ws| got += 8 * ws.len());
