@@ -108,20 +108,33 @@ impl ElfObject {
 
     /// The link-time address of a byte at `offset` in the file, if a loadable segment holds it.
     /// A mapping's offset is rounded down to a page, below its segment's own offset, so the
-    /// segment is found by its page-rounded start.
+    /// segment is found by its page-rounded start; where that page also ends the segment before
+    /// (the file's bytes are shared, the addresses are not), an offset exactly at a segment's
+    /// page-rounded start is that segment's, as a mapping that starts there is.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
         let page = 4096;
         let s = self
             .loads
             .iter()
-            .find(|s| s.offset & !(page - 1) <= offset && offset < s.offset + s.filesz.max(1))?;
+            .find(|s| s.offset & !(page - 1) == offset)
+            .or_else(|| {
+                self.loads
+                    .iter()
+                    .find(|s| s.offset & !(page - 1) <= offset && offset < s.offset + s.filesz.max(1))
+            })?;
         Some((s.vaddr + offset).wrapping_sub(s.offset))
     }
 
     /// What to add to a link-time address of this object to get its address in the process:
-    /// taken from its first mapping, whose offset says which part of the file sits there.
+    /// taken from its executable mapping (else its first), whose offset says which part of the
+    /// file sits there. The loader maps an object segment by segment, but a reader of the file
+    /// may map it again whole and read-only (the exit report's symboliser does, and its mapping
+    /// stays in the core), at an address that says nothing of where the object was loaded.
     pub fn bias(&self, maps: &Mappings) -> Option<u64> {
-        let m = maps.of_file(&self.path).next()?;
+        let m = maps
+            .of_file(&self.path)
+            .find(|m| m.executable)
+            .or_else(|| maps.of_file(&self.path).next())?;
         Some(m.start.wrapping_sub(self.vaddr_of_offset(m.offset)?))
     }
 
@@ -252,5 +265,42 @@ mod tests {
         let libc_obj = ElfObject::open(&libc).unwrap();
         let real = libc::malloc as *const () as u64;
         assert_eq!(libc_obj.bias(&maps).unwrap() + malloc, real);
+    }
+
+    /// A reader of libc that mapped the whole file once more, read-only and below the loader's
+    /// mappings (the exit report's symboliser leaves such a mapping in the core), changes nothing.
+    #[test]
+    fn a_second_mapping_of_the_whole_file_is_not_where_it_was_loaded() {
+        use crate::source::mappings::Mapping;
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let libc = maps
+            .files()
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+            })
+            .expect("libc mapped")
+            .to_path_buf();
+        let obj = ElfObject::open(&libc).unwrap();
+        let loaded = obj.bias(&maps).unwrap();
+        let mut list = maps.list.clone();
+        let len = std::fs::metadata(&libc).unwrap().len().next_multiple_of(4096);
+        list.push(Mapping {
+            start: 0x1000_0000,
+            end: 0x1000_0000 + len,
+            offset: 0,
+            path: Some(libc.clone()),
+            readable: true,
+            writable: false,
+            executable: false,
+            special: None,
+            build_id: None,
+        });
+        assert_eq!(obj.bias(&Mappings::new(list)), Some(loaded));
+        assert_eq!(
+            loaded + dynamic_symbol(&libc, "malloc").unwrap(),
+            libc::malloc as *const () as u64
+        );
     }
 }
