@@ -1,6 +1,7 @@
 //! `dmem run`: start a program with libdmem.so preloaded and account for how it ended.
 
 use crate::cli::{self, show};
+use crate::source::coredump::CoreDump;
 use crate::{commands::corefile, commands::locate, failed, last_line, source::elf, sys, usage, Fail, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -75,9 +76,15 @@ pub fn main(args: cli::RunArgs) -> Result<i32> {
     }
     if let Some(core) = &out.core {
         eprintln!("dmem: core file: {}", show(core));
+        // The core's notes name the executable that ran, which is not the file started when
+        // that was a `#!` script (its interpreter ran).
+        let prog = CoreDump::open(core)
+            .ok()
+            .and_then(|dump| dump.program())
+            .unwrap_or_else(|| out.prog.clone());
         eprintln!(
             "dmem: see what it holds: dmem report {} {}",
-            show(&out.prog),
+            show(&prog),
             show(core)
         );
     }
