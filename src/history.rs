@@ -103,6 +103,23 @@ fn map_ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     }
 }
 
+/// Calls `emit` with the `[start, end)` of every ring mapped: libdmem's own memory, whose
+/// events hold the addresses of blocks freed and allocated, which the leak report must not take
+/// for references.
+pub fn mapped(emit: &mut dyn FnMut(usize, usize)) {
+    for r in &RINGS {
+        let r = r.load(Ordering::Acquire);
+        if !r.is_null() {
+            // SAFETY: a ring mapped by `map_ring` and never unmapped; its capacity never changes.
+            let cap = unsafe { (*r).capacity } as usize;
+            emit(
+                r as usize,
+                r as usize + RING_HEAD + cap * core::mem::size_of::<Event>(),
+            );
+        }
+    }
+}
+
 /// CLOCK_MONOTONIC in nanoseconds (the vDSO's, no system call): the events' clock, and the
 /// one every deadline of the library is measured on.
 pub fn now_ns() -> u64 {

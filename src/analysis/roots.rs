@@ -7,17 +7,14 @@
 //! A mapping is such a root, less the live blocks in it, when it is readable and writable, is no
 //! kernel region, no brk heap and no main thread stack, holds no thread's stack pointer (stacks
 //! are scanned from the stack pointer up, not below it), does not sit just above a guard page (a
-//! thread stack, perhaps of a thread that has exited, whose dead frames hold stale pointers), and
-//! is no heap of a non-main glibc arena (its `heap_info` first). The parts of it that are roots
-//! already are left to those roots, and the exit report leaves out its own buffers.
+//! thread stack, perhaps of a thread that has exited, whose dead frames hold stale pointers); and
+//! no heap of a non-main glibc arena is, wherever it lies in the mapping (`arena::heap_at`). The
+//! parts of it that are roots already are left to those roots, and libdmem's own memory is left
+//! out by its callers.
 
-use crate::analysis::arena::Words;
+use crate::analysis::arena::{self, Words};
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
-
-/// glibc's non-main arenas take their heaps as mappings aligned to HEAP_MAX_SIZE (64 MiB on
-/// 64-bit systems).
-const HEAP_MAX: usize = 64 << 20;
 
 /// Calls `emit` with the parts of `maps[i]` (sorted by address) that are roots by the rule
 /// above. `sps` are the threads' stack pointers. With glibc as the allocator, a mapping that
@@ -45,30 +42,20 @@ pub fn extra_roots(
         let below = maps[i - 1];
         below.end == m.start && !below.readable && !below.writable
     };
-    if after_guard || glibc_heap(m, mem) {
+    if after_guard || (!glibc && blocks.any_in(m.start, m.end)) {
         return;
     }
-    if !blocks.any_in(m.start, m.end) {
-        emit(m.start, m.end);
-    } else if glibc {
-        blocks.gaps(m.start, m.end, emit);
-    }
+    // A heap of a non-main glibc arena holds its free chunks, with stale pointers, between the
+    // blocks: never a root, wherever it lies in the mapping.
+    arena::outside_heaps(mem, (m.start, m.end), &mut |s, e| blocks.gaps(s, e, emit));
 }
 
-/// A heap of a non-main glibc arena: free chunks there hold stale pointers.
-fn glibc_heap(m: Mapping, mem: &dyn Words) -> bool {
-    let mut w = [0usize; 4];
-    if mem.read_words(m.start, &mut w) < 4 {
-        return false;
+/// Marks as special (never a root) every mapping of `maps` inside one of `heaps`: glibc's main
+/// heap as `arena::main_heap` finds it.
+pub fn mark_heaps(maps: &mut [Mapping], heaps: &[(usize, usize)]) {
+    for m in maps.iter_mut() {
+        if heaps.iter().any(|&(s, e)| s <= m.start && m.end <= e) {
+            m.special = true;
+        }
     }
-    // heap_info: ar_ptr (the arena, in this heap or in the arena's first heap), prev (another
-    // heap or null), size (the heap's readable part), mprotect_size.
-    m.start.is_multiple_of(HEAP_MAX)
-        && w[0] != 0
-        && w[0].is_multiple_of(8)
-        && w[2] > 0
-        && w[2] <= HEAP_MAX
-        && w[2].is_multiple_of(4096)
-        && w[3] >= w[2]
-        && (w[1] == 0 || w[1].is_multiple_of(HEAP_MAX))
 }

@@ -16,7 +16,7 @@
 
 use super::live::snapshot;
 use super::memory::{OwnMemory, OwnScan};
-use super::roots::{objects, own_extra_roots, thread_roots, ThreadNotes};
+use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
 use super::stopworld::{Seen, World};
 use super::text::write_report;
 use crate::analysis::arena;
@@ -98,7 +98,10 @@ pub fn leak_report(entry: &Entry) -> usize {
     }
     blocks.index();
     let mut marker = Marker::new(live.len());
-    let mut extra = own_extra_roots(&objs, &blocks, &live, &maps);
+    // libc's data does not move, so main_arena is found before the stop, while everything may
+    // still allocate.
+    let arena = arena::main_arena(&OwnMemory, &objs.libc_data);
+    let mut extra = own_extra_roots(&objs, &blocks, &live, &maps, arena);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
         objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2 + extra.len(),
@@ -112,7 +115,6 @@ pub fn leak_report(entry: &Entry) -> usize {
     world.stop();
     crate::own_heap::enter_emergency();
     roots.extend_from_slice(&objs.data);
-    let arena = arena::main_arena(&OwnMemory, &objs.libc_data);
     for &seg in &objs.libc_data {
         match arena {
             Some(cut) => arena::subtract(seg, cut, &mut roots),
@@ -154,16 +156,10 @@ pub fn leak_report(entry: &Entry) -> usize {
     let show = options::get().leak_show;
     let classes: Vec<Class> = (0..live.len()).map(|i| marker.class(i)).collect();
     let heuristic: Vec<Option<Heuristic>> = (0..live.len()).map(|i| marker.heuristic(i)).collect();
-    let glibc = !objs.libc_data.is_empty();
-    let leaked = write_report(
-        &live,
-        &classes,
-        &heuristic,
-        show,
-        &notes,
-        &breaks,
-        glibc && arena.is_none(),
-    );
+    // Without blocks in glibc's main heap there is nothing main_arena could point to, so
+    // nothing to tell.
+    let lost_arena = !objs.libc_data.is_empty() && arena.is_none() && in_main_heap(&live);
+    let leaked = write_report(&live, &classes, &heuristic, show, &notes, &breaks, lost_arena);
     // The tables of block addresses made before the stop are not given back (the heap has
     // switched to its own pages, which are unmapped before a core is written): a reader of that
     // core, scanning the program's memory, must not find them there.

@@ -6,9 +6,11 @@
 use super::live::Live;
 use super::memory::OwnMemory;
 use super::stopworld::{Seen, World};
+use crate::analysis::arena;
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
-use crate::analysis::roots::extra_roots;
+use crate::analysis::roots::{extra_roots, mark_heaps};
+use crate::header::HEADER_SIZE;
 use crate::{bootstrap, procmaps, unwind};
 
 /// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
@@ -20,6 +22,8 @@ pub(super) const RED_ZONE: usize = 128;
 pub(super) struct Objects {
     /// Writable segments to scan: every object's but libdmem's and the backend's.
     pub(super) data: Vec<(usize, usize)>,
+    /// libdmem's own writable segments: its lists, descriptor and bootstrap arena.
+    pub(super) own: Vec<(usize, usize)>,
     /// libc's writable segments when glibc is the backend; `main_arena` is cut out of them.
     pub(super) libc_data: Vec<(usize, usize)>,
     /// The calling thread's thread-local blocks, one per module that has one.
@@ -47,6 +51,8 @@ pub(super) fn objects() -> Objects {
             };
             let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
             if loads.clone().any(|ph| unwind::is_own(seg(ph).0)) {
+                let writable = loads.filter(|ph| ph.p_flags & libc::PF_W != 0);
+                objs.own.extend(writable.map(seg));
                 return 0;
             }
             let backend = loads.clone().any(|ph| {
@@ -168,13 +174,18 @@ pub(super) fn thread_roots(
 
 /// Writable memory of the program's own that holds no block, memcheck's roots beyond the
 /// objects' data (see `analysis::roots`), less the objects' segments (roots already, or the
-/// allocator's state) and this report's own buffers of block addresses. Made before the stop;
-/// the parts that hold a stopped thread's stack pointer are dropped after it.
+/// allocator's state) and libdmem's own memory, told by its own records rather than by the
+/// mapping it falls in: its writable segments, the free history's rings and this report's
+/// buffers of block addresses. (The kernel merges anonymous pages mapped right after libdmem's
+/// data onto its mapping, and the loader keeps its records of libraries loaded later there.)
+/// Made before the stop; the parts that hold a stopped thread's stack pointer are dropped
+/// after it.
 pub(super) fn own_extra_roots(
     objs: &Objects,
     blocks: &Blocks,
     live: &[Live],
     maps: &[Mapping],
+    arena: Option<(usize, usize)>,
 ) -> Vec<(usize, usize)> {
     // A report from a fatal signal keeps to the objects' data, stacks and TLS: its emergency
     // heap and the interrupted code's state are not told apart from the program's memory yet.
@@ -182,17 +193,29 @@ pub(super) fn own_extra_roots(
         return Vec::new();
     }
     let glibc = !objs.libc_data.is_empty();
+    // glibc's main heap is `[heap]`, and wherever else main_arena's top or the blocks' chunks
+    // say it lies (where brk fails, glibc maps more of it elsewhere).
+    let mut maps = maps.to_vec();
+    if glibc {
+        let top = arena.and_then(|a| arena::top(&OwnMemory, a));
+        let heaps = arena::main_heap(&OwnMemory, &maps, top, &mut chunks(live));
+        mark_heaps(&mut maps, &heaps);
+    }
     let mut parts = Vec::new();
     for i in 0..maps.len() {
-        if unwind::is_own(maps[i].start) {
-            continue;
-        }
-        extra_roots(maps, i, blocks, &[], &OwnMemory, glibc, &mut |s, e| {
+        extra_roots(&maps, i, blocks, &[], &OwnMemory, glibc, &mut |s, e| {
             parts.push((s, e))
         });
     }
     let buffer = |p: *const u8, bytes: usize| (p as usize, p as usize + bytes);
-    let mut holes: Vec<(usize, usize)> = objs.data.iter().chain(&objs.libc_data).copied().collect();
+    let mut holes: Vec<(usize, usize)> = objs
+        .data
+        .iter()
+        .chain(&objs.libc_data)
+        .chain(&objs.own)
+        .copied()
+        .collect();
+    crate::history::mapped(&mut |s, e| holes.push((s, e)));
     holes.push(buffer(live.as_ptr().cast(), core::mem::size_of_val(live)));
     holes.extend(blocks.buffers());
     for hole in holes {
@@ -212,4 +235,17 @@ pub(super) fn own_extra_roots(
         parts = cut;
     }
     parts
+}
+
+/// Each block's chunk memory (its header, where malloc's answer starts for a block not aligned)
+/// and the bytes libdmem asked for, in address order.
+fn chunks(live: &[Live]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    live.iter().map(|b| (b.start - HEADER_SIZE, HEADER_SIZE + b.size))
+}
+
+/// Whether glibc's main heap holds some of the blocks (a few are asked), without allocating.
+pub(super) fn in_main_heap(live: &[Live]) -> bool {
+    chunks(live)
+        .take(256)
+        .any(|(at, need)| arena::in_main_heap(&OwnMemory, at, need) == Some(true))
 }

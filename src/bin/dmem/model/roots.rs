@@ -7,15 +7,21 @@
 //! thread pointer, and its general registers; then the program's own writable memory that
 //! holds no block (an allocator of its own: see `analysis::roots`). Left out:
 //!
-//! * libdmem's own data: its list heads point at headers, never into blocks;
+//! * libdmem's own memory: its data (its list heads point at headers, never into blocks) and
+//!   the free history's rings;
 //! * the allocator's own state, which is not the program's memory: glibc's `main_arena`, found
-//!   by its signature (see `analysis::arena`), or all writable data of a loaded jemalloc,
-//!   tcmalloc or mimalloc.
+//!   by its shape (see `analysis::arena`), and glibc's heaps, whose free chunks hold stale
+//!   pointers (the brk heap, which a core does not name, is the range of mappings that holds
+//!   main_arena's top chunk or a block the lists say glibc carved from it), or all writable
+//!   data of a loaded jemalloc, tcmalloc or mimalloc;
+//! * what a core did not dump: memory nothing was ever written to holds no pointer.
 
 use crate::analysis::arena::{self, Words};
+use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
 use crate::model::heap::Heap;
 use crate::source::elf::ElfObject;
+use crate::source::history;
 use crate::source::image::Image;
 use crate::source::mappings::Mappings;
 use crate::source::memory::Memory;
@@ -156,14 +162,13 @@ impl Words for ImageWords<'_> {
     }
 }
 
-/// The offset of `top` in glibc's `struct malloc_state`, after the mutex, the flags,
-/// have_fastchunks and the ten fastbins.
-const MAIN_ARENA_TOP: u64 = 96;
-
-/// The allocator's own state to leave out of the roots, and a note when glibc's main_arena was
-/// not found.
-/// Also where main_arena starts, when it was found.
-fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<String>, Option<u64>) {
+/// The allocator's own state to leave out of the roots, a note when glibc's main_arena was
+/// not found where it matters, and where main_arena is when it was found.
+fn allocator_state(
+    objects: &[Loaded],
+    mem: &dyn Memory,
+    main_heap_blocks: bool,
+) -> (Vec<Excluded>, Vec<String>, Option<(usize, usize)>) {
     let mut out = Vec::new();
     let mut at = None;
     let mut notes = Vec::new();
@@ -188,14 +193,16 @@ fn allocator_state(objects: &[Loaded], mem: &dyn Memory) -> (Vec<Excluded>, Vec<
             .collect();
         match arena::main_arena(&ImageWords(mem), &segs) {
             Some((s, e)) => {
-                at = Some(s as u64);
+                at = Some((s, e));
                 out.push(Excluded {
                     start: s as u64,
                     end: e as u64,
                     what: format!("main_arena of {} (the allocator's own state)", o.name),
                 })
             }
-            None if backend.is_empty() => notes.push(format!(
+            // Without blocks in glibc's main heap there is nothing its bookkeeping could
+            // point to, so nothing to tell.
+            None if backend.is_empty() && main_heap_blocks => notes.push(format!(
                 "glibc's main_arena was not found in the data of {}, so it was scanned as a root: a \
                  block only the allocator's bookkeeping points to counts as in use",
                 o.name
@@ -228,7 +235,25 @@ fn without(start: u64, end: u64, holes: &[Excluded]) -> Vec<(u64, u64)> {
 /// The roots of `image`, whose threads must be known (a core's notes, or a stopped process).
 pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
-    let (mut excluded, notes, main_arena) = allocator_state(objects, mem);
+    let regions = mem.regions();
+    // glibc's main heap from the lists alone first: whether it holds blocks decides whether a
+    // main_arena not found matters.
+    let chunks = || {
+        heap.blocks.iter().filter(|b| b.align_log2 == 0).map(|b| {
+            (
+                (b.addr - heap.header_size) as usize,
+                (heap.header_size + b.size) as usize,
+            )
+        })
+    };
+    let words = ImageWords(mem);
+    let from_lists = arena::main_heap(&words, &regions, None, &mut chunks());
+    let (mut excluded, notes, main_arena) = allocator_state(objects, mem, !from_lists.is_empty());
+    let top = main_arena.and_then(|a| arena::top(&words, a));
+    let main_heap = match top {
+        Some(_) => arena::main_heap(&words, &regions, top, &mut chunks()),
+        None => from_lists,
+    };
     let mut roots = Vec::new();
     let mut tls = 0u64;
     for o in objects {
@@ -254,6 +279,17 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             }
         }
     }
+    // libdmem's other memory: the free history's rings hold addresses of blocks freed and
+    // allocated.
+    excluded.extend(
+        history::ring_ranges(mem, &image.layout)
+            .into_iter()
+            .map(|(start, end)| Excluded {
+                start,
+                end,
+                what: "the free history's ring (libdmem's own)".into(),
+            }),
+    );
     for t in &image.threads {
         if let Some((lo, hi)) = Some(t.sp()).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
             roots.push(Root {
@@ -284,12 +320,49 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             }
         }
     }
-    own_memory_roots(image, objects, heap, &excluded, main_arena, &mut roots);
+    own_memory_roots(image, objects, heap, &excluded, &main_heap, &mut roots);
+    let roots = dumped(mem, &regions, roots);
     Roots {
         roots,
         excluded,
         notes,
     }
+}
+
+/// `roots` less what lies in a mapping the core did not dump: the kernel leaves out a private
+/// mapping nothing was ever written to (an object's `.bss` never touched, its `.data` as the
+/// file has it), which holds no pointer to a block. What lies in no mapping at all stays, so
+/// that the scan says it could not read it.
+fn dumped(mem: &dyn Memory, regions: &[Mapping], roots: Vec<Root>) -> Vec<Root> {
+    let mut out = Vec::with_capacity(roots.len());
+    for r in roots {
+        if matches!(r.kind, Kind::Register(_)) {
+            out.push(r);
+            continue;
+        }
+        let mut at = r.start;
+        while at < r.end {
+            let (stop, keep) = match mem.extent(at) {
+                Some((_, hi)) => (hi.min(r.end), true),
+                None => match maps::find(regions, at as usize) {
+                    Some(m) => ((m.end as u64).min(r.end), false),
+                    None => {
+                        let next = regions.iter().map(|m| m.start as u64).find(|&s| s > at);
+                        (next.unwrap_or(r.end).min(r.end), true)
+                    }
+                },
+            };
+            if keep {
+                out.push(Root {
+                    start: at,
+                    end: stop,
+                    ..r.clone()
+                });
+            }
+            at = stop;
+        }
+    }
+    out
 }
 
 /// Writable memory of the program's own that holds no block (see analysis::roots), less what
@@ -299,22 +372,16 @@ fn own_memory_roots(
     objects: &[Loaded],
     heap: &Heap,
     excluded: &[Excluded],
-    main_arena: Option<u64>,
+    main_heap: &[(usize, usize)],
     roots: &mut Vec<Root>,
 ) {
     let mem = &*image.mem;
     let blocks = heap.analysis_blocks();
     let sps: Vec<usize> = image.threads.iter().map(|t| t.sp() as usize).collect();
     let mut regions = mem.regions();
-    // A core does not name glibc's brk heap; it is the mapping that holds main_arena's top
-    // chunk. Its gaps between blocks are glibc's free chunks and libdmem's own memory.
-    if let Some(top) = main_arena.and_then(|a| mem.u64_at(a + MAIN_ARENA_TOP).ok()) {
-        for r in regions.iter_mut() {
-            if (r.start as u64..r.end as u64).contains(&top) {
-                r.special = true;
-            }
-        }
-    }
+    // A core does not name glibc's brk heap; its gaps between blocks are glibc's free chunks
+    // and libdmem's headers.
+    extra::mark_heaps(&mut regions, main_heap);
     let taken: Vec<Excluded> = roots
         .iter()
         .filter(|r| !matches!(r.kind, Kind::Register(_)))

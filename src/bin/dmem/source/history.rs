@@ -138,6 +138,26 @@ pub enum Absent {
     Read(ReadError),
 }
 
+/// The `[start, end)` of every ring the library mapped: libdmem's own memory, which a leak scan
+/// leaves out (its events hold block addresses).
+pub fn ring_ranges(mem: &dyn Memory, layout: &Layout) -> Vec<(u64, u64)> {
+    let Some(h) = &layout.history else {
+        return Vec::new();
+    };
+    let mut ptrs = vec![0u8; (h.nrings * 8) as usize];
+    if mem.read(h.rings, &mut ptrs).is_err() {
+        return Vec::new();
+    }
+    ptrs.chunks_exact(8)
+        .map(|p| u64::from_le_bytes(p.try_into().unwrap()))
+        .filter(|&ring| ring != 0)
+        .filter_map(|ring| {
+            let cap = mem.u64_at(ring + h.ring_off_capacity).ok()?;
+            (cap <= 1 << 24).then(|| (ring, ring + h.ring_off_events + cap * h.event_size))
+        })
+        .collect()
+}
+
 /// Reads every ring of the history.
 pub fn read(mem: &dyn Memory, layout: &Layout) -> Result<History, Absent> {
     let Some(h) = &layout.history else {
