@@ -123,6 +123,7 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
         Claim::Again => exit_now(status),
         Claim::Other => wait_for_the_end(),
     }
+    entry.record();
     let code = report(status, way, entry);
     if options::aborts_here() {
         // No other thread may be half-way through a change of a list when the core is written:

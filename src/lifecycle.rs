@@ -190,6 +190,6 @@ extern "C" fn at_exit(status: libc::c_int, arg: *mut c_void) {
 extern "C" fn exit_end(status: libc::c_int, _: *mut c_void, caller_sp: usize) {
     // A forked child that neither reports nor aborts lets exit finish as it would bare.
     if finish::has_an_end() {
-        finish::finish(status, Way::Exit, &Entry::at(caller_sp))
+        finish::finish(status, Way::Exit, &Entry::after_exit_handlers(caller_sp))
     }
 }

@@ -111,7 +111,17 @@ pub mod field {
     /// From version 5: the address of the checks written at start-up, one word for the head
     /// and one per entry (see `verify`).
     pub const CHECKS: &str = "checks";
+    /// Where the program entered the exit path: the address of `2 + EXIT_ENTRY_REGS` words, the
+    /// id of the thread that did (0 until one has), the program's stack pointer there, and its
+    /// callee-saved registers as it left them (x86-64: rbx, rbp, r12, r13, r14, r15). A reader
+    /// scans that thread's stack from that stack pointer, with those registers as roots instead
+    /// of the ones the thread holds: what lies below, and what its registers hold at the end
+    /// (in a core of `abort-shutdown`, at the abort), is libdmem's and the exit path's.
+    pub const EXIT_ENTRY: &str = "exit_entry";
 }
+
+/// Callee-saved registers in the `exit_entry` record.
+pub const EXIT_ENTRY_REGS: usize = 6;
 
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
 /// `SIZE_LIST_SHIFT`.

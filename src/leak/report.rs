@@ -14,6 +14,7 @@
 //! grouped, symbolised and printed while the threads stay parked, until the process ends.
 //! Everything runs once, at exit, on libdmem's own heap.
 
+use super::entry::Entry;
 use super::live::snapshot;
 use super::memory::{OwnMemory, OwnScan};
 use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
@@ -24,58 +25,12 @@ use crate::analysis::reach::{Blocks, Class, Heuristic, Marker};
 use crate::lists;
 use crate::{options, procmaps, thread};
 
-/// Where the exit report was entered from, which decides where the calling thread's stack is
-/// scanned from: the report's own frames, and the dead slots of the frames that led to it,
-/// hold block addresses the program no longer has, so they must not be taken for references.
-pub struct Entry {
-    /// The calling thread's callee-saved registers, taken in the caller's frame; scanned as part
-    /// of the stack when the scan starts at this struct.
-    #[allow(dead_code)]
-    regs: [usize; 6],
-    /// Where the stack scan starts instead, when the caller knows: the stack pointer of the
-    /// program's code that called our way out. Registers are then not roots, as in valgrind's
-    /// check after the process's last system call.
-    from: usize,
-}
-
-impl Entry {
-    /// Must be inlined into the caller, so the registers are the caller's; the stack is scanned
-    /// from this struct up.
-    #[inline(always)]
-    pub fn capture() -> Entry {
-        #[allow(unused_mut)]
-        let mut regs = [0usize; 6];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: only copies registers into locals; touches no memory and no flags.
-        unsafe {
-            core::arch::asm!(
-                "mov {0}, rbx", "mov {1}, rbp", "mov {2}, r12", "mov {3}, r13", "mov {4}, r14",
-                "mov {5}, r15",
-                out(reg) regs[0], out(reg) regs[1], out(reg) regs[2], out(reg) regs[3],
-                out(reg) regs[4], out(reg) regs[5], options(nomem, nostack, preserves_flags),
-            );
-        }
-        Entry { regs, from: 0 }
-    }
-
-    /// The stack is scanned from `sp`, the stack pointer of the program's call into libdmem.
-    pub fn at(sp: usize) -> Entry {
-        Entry {
-            regs: [0; 6],
-            from: sp,
-        }
-    }
-}
-
 /// Runs the report and returns how many blocks leaked (definitely, indirectly or possibly
 /// lost). Never inlined: its locals (block addresses) must die with its frame, below the stack
 /// that `abort-shutdown` scrubs.
 #[inline(never)]
 pub fn leak_report(entry: &Entry) -> usize {
-    let own_sp = match entry.from {
-        0 => core::hint::black_box(entry) as *const Entry as usize,
-        sp => sp,
-    };
+    let own_sp = entry.scan_from();
     let _guard = thread::Guard::enter();
 
     // Everything that allocates or takes the loader's lock, before the stop.
@@ -104,7 +59,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     let mut extra = own_extra_roots(&objs, &blocks, &live, &maps, arena);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
-        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 2 + extra.len(),
+        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 3 + extra.len(),
     );
     let mut checked = Vec::with_capacity(room);
     let mut notes = ThreadNotes {
@@ -115,6 +70,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     world.stop();
     crate::own_heap::enter_emergency();
     roots.extend_from_slice(&objs.data);
+    roots.extend(entry.registers());
     for &seg in &objs.libc_data {
         match arena {
             Some(cut) => arena::subtract(seg, cut, &mut roots),

@@ -9,6 +9,7 @@
 //! `fast.rs` (rules in `rules.rs` from the tables read by `objects.rs` and `tables.rs`), and `backtrace`, the platform's `_Unwind_Backtrace`, which gives the same
 //! frames at many times the cost and remains the fallback where the fast one cannot go.
 
+pub mod callers;
 #[cfg(target_arch = "x86_64")]
 mod fast;
 #[cfg(target_arch = "x86_64")]

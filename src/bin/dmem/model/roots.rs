@@ -5,7 +5,9 @@
 //! object; then for each thread its stack from its stack pointer (less the 128-byte red zone)
 //! to the end of the memory that holds it, its static TLS and thread descriptor around its
 //! thread pointer, and its general registers; then the program's own writable memory that
-//! holds no block (an allocator of its own: see `analysis::roots`). Left out:
+//! holds no block (an allocator of its own: see `analysis::roots`). The thread that entered the
+//! exit path (a core of `abort-shutdown`) is scanned from where the program entered it, with the
+//! program's callee-saved registers (see `src/leak/entry.rs`). Left out:
 //!
 //! * libdmem's own memory: its data (its list heads point at headers, never into blocks) and
 //!   the free history's rings;
@@ -17,6 +19,7 @@
 //! * what a core did not dump: memory nothing was ever written to holds no pointer.
 
 use crate::analysis::arena::{self, Words};
+use crate::analysis::descriptor;
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
 use crate::model::heap::Heap;
@@ -232,6 +235,33 @@ fn without(start: u64, end: u64, holes: &[Excluded]) -> Vec<(u64, u64)> {
     parts
 }
 
+/// The record of where the program entered the exit path (see `descriptor::field::EXIT_ENTRY`):
+/// the thread, its stack pointer there and its callee-saved registers; None when no thread
+/// entered it (a running process, a core of a crash) or the library keeps no record.
+struct ExitEntry {
+    tid: u32,
+    sp: u64,
+    regs: [u64; descriptor::EXIT_ENTRY_REGS],
+}
+
+/// The callee-saved registers the record holds, by name.
+const EXIT_ENTRY_NAMES: [&str; descriptor::EXIT_ENTRY_REGS] = ["rbx", "rbp", "r12", "r13", "r14", "r15"];
+
+fn exit_entry(image: &Image) -> Option<ExitEntry> {
+    let at = image.layout.exit_entry?;
+    let word = |i: u64| image.mem.u64_at(at + 8 * i).ok();
+    let tid = u32::try_from(word(0)?).ok().filter(|&t| t != 0)?;
+    let mut regs = [0; descriptor::EXIT_ENTRY_REGS];
+    for (i, r) in regs.iter_mut().enumerate() {
+        *r = word(2 + i as u64)?;
+    }
+    Some(ExitEntry {
+        tid,
+        sp: word(1)?,
+        regs,
+    })
+}
+
 /// The roots of `image`, whose threads must be known (a core's notes, or a stopped process).
 pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
@@ -290,12 +320,21 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
                 what: "the free history's ring (libdmem's own)".into(),
             }),
     );
+    let exit = exit_entry(image);
     for t in &image.threads {
-        if let Some((lo, hi)) = Some(t.sp()).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
+        // The thread that entered the exit path is scanned from the program's frame, with the
+        // program's callee-saved registers: below lie libdmem's frames and the exit path's, and
+        // its registers are libdmem's.
+        let entered = exit.as_ref().filter(|x| x.tid == t.tid);
+        let (sp, below) = match entered {
+            Some(x) => (x.sp, 0),
+            None => (t.sp(), RED_ZONE),
+        };
+        if let Some((lo, hi)) = Some(sp).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
             roots.push(Root {
                 kind: Kind::Stack,
                 what: format!("stack of thread {}", t.tid),
-                start: lo.max(t.sp().saturating_sub(RED_ZONE)),
+                start: lo.max(sp.saturating_sub(below)),
                 end: hi,
             });
         }
@@ -308,12 +347,22 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
                 end: hi.min(fs + TCB_SIZE),
             });
         }
-        for name in POINTER_REGS {
-            let v = t.reg(name).unwrap_or(0);
+        let regs: Vec<(&str, u64, &str)> = match entered {
+            Some(x) => EXIT_ENTRY_NAMES
+                .iter()
+                .zip(x.regs)
+                .map(|(&n, v)| (n, v, " where it entered the exit path"))
+                .collect(),
+            None => POINTER_REGS
+                .iter()
+                .map(|&n| (n, t.reg(n).unwrap_or(0), ""))
+                .collect(),
+        };
+        for (name, v, when) in regs {
             if v != 0 {
                 roots.push(Root {
                     kind: Kind::Register(v),
-                    what: format!("register {name} of thread {}", t.tid),
+                    what: format!("register {name} of thread {}{when}", t.tid),
                     start: 0,
                     end: 0,
                 });

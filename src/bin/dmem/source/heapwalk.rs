@@ -76,6 +76,9 @@ pub struct Layout {
     pub history: Option<HistoryLayout>,
     /// Whether the descriptor's checks held (from version 5), or why there were none to hold.
     pub sealed: Sealed,
+    /// Where the record of the program's entry into the exit path is (`field::EXIT_ENTRY`), in
+    /// a library that keeps one.
+    pub exit_entry: Option<u64>,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -167,6 +170,7 @@ impl Layout {
             },
             history: HistoryLayout::read(&f).map_err(LayoutError::Invalid)?,
             sealed,
+            exit_entry: f.get(field::EXIT_ENTRY),
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
