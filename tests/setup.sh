@@ -9,7 +9,8 @@ set -euo pipefail
 packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3
     python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
     nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz
-    git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus make:make)
+    git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus gawk:gawk tcl:tclsh
+    make:make gnupg:gpg)
 missing=()
 for entry in "${packages[@]}"; do
     p=${entry%%:*}

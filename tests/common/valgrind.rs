@@ -25,10 +25,16 @@ pub fn summary(prog: &Path, args: &[&str]) -> Summary {
 
 /// As `summary`, with exactly these variables as the environment.
 pub fn summary_with(prog: &Path, args: &[&str], envs: &[(String, String)]) -> Summary {
+    summary_in(Path::new("."), prog, args, envs)
+}
+
+/// As `summary_with`, run in `dir`.
+pub fn summary_in(dir: &Path, prog: &Path, args: &[&str], envs: &[(String, String)]) -> Summary {
     let mut cmd = Command::new("valgrind");
     cmd.args(["--leak-check=full", "--show-leak-kinds=all"])
         .arg(prog)
         .args(args)
+        .current_dir(dir)
         .env_clear()
         .envs(envs.iter().map(|(k, v)| (k, v)));
     let out = run_limited(&mut cmd, LIMIT);
@@ -38,15 +44,27 @@ pub fn summary_with(prog: &Path, args: &[&str], envs: &[(String, String)]) -> Su
 }
 
 /// `definitely lost: 12,016 bytes in 501 blocks` and the like, for every class; all zero when
-/// valgrind says no leaks are possible (every block was freed).
+/// valgrind says no leaks are possible (every block was freed). valgrind follows a program's
+/// forked children and prints a summary for each, every line marked `==PID==`: this is the
+/// summary of the process whose line comes first, the program itself.
 pub fn parse_summary(report: &str) -> Option<Summary> {
+    let pid = report
+        .lines()
+        .find_map(|l| l.strip_prefix("==")?.split_once("==").map(|(p, _)| p));
+    let mine = |l: &&str| {
+        pid.is_none_or(|p| {
+            l.strip_prefix("==")
+                .is_some_and(|r| r.starts_with(&format!("{p}==")))
+        })
+    };
+    let report: Vec<&str> = report.lines().filter(mine).collect();
     let mut sum = [(0, 0); 4];
-    if report.contains("no leaks are possible") {
+    if report.iter().any(|l| l.contains("no leaks are possible")) {
         return Some(sum);
     }
     for (slot, class) in sum.iter_mut().zip(CLASSES) {
         let rest = report
-            .lines()
+            .iter()
             .find_map(|l| l.split_once(&format!("{class}: ")).map(|(_, r)| r))?;
         let [bytes, blocks, ..] = numbers(rest)[..] else {
             return None;
@@ -67,10 +85,23 @@ pub fn numbers(s: &str) -> Vec<u64> {
 /// The exit report's summary line, `dmem: leak summary: definitely lost: B bytes in N blocks;
 /// ...`, the first line of `report`, as a `Summary`.
 pub fn report_summary(report: &str) -> Summary {
-    let line = report
-        .lines()
-        .find(|l| l.starts_with("dmem: leak summary: "))
-        .unwrap_or_else(|| panic!("no summary line:\n{report}"));
+    summary_line(
+        report.lines().find(|l| l.starts_with("dmem: leak summary: ")),
+        report,
+    )
+}
+
+/// The last exit report's summary in `report`: where a program's children append their reports
+/// to its file, the program's own, written when it ends after them.
+pub fn last_report_summary(report: &str) -> Summary {
+    summary_line(
+        report.lines().rfind(|l| l.starts_with("dmem: leak summary: ")),
+        report,
+    )
+}
+
+fn summary_line(line: Option<&str>, report: &str) -> Summary {
+    let line = line.unwrap_or_else(|| panic!("no summary line:\n{report}"));
     let mut sum = [(0, 0); 4];
     for (slot, class) in sum.iter_mut().zip(CLASSES) {
         let part = line
