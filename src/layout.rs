@@ -121,7 +121,7 @@ pub static dmem_layout: Layout = Layout {
         n(field::EVENT_KIND_FREE, history::KIND_FREE as usize),
         n(field::EVENT_KIND_ALLOC, history::KIND_ALLOC as usize),
         Entry::address(field::CHECKS, CHECKS.as_ptr()),
-        Entry::address(field::EXIT_ENTRY, crate::leak::EXIT_ENTRY.as_ptr()),
+        Entry::address(field::EXIT_ENTRY, crate::exit_entry::EXIT_ENTRY.as_ptr()),
     ],
 };
 
@@ -148,7 +148,7 @@ const _: () = assert!(ALIGN_SHIFT + ALIGN_BITS <= 64);
 const _: () = assert!(NLISTS <= 1 << LIST_BITS);
 
 const _: () = assert!(header::HEADER_SIZE == 112);
-const _: () = assert!(crate::leak::EXIT_ENTRY.len() == 2 + descriptor::EXIT_ENTRY_REGS);
+const _: () = assert!(crate::exit_entry::EXIT_ENTRY.len() == 2 + descriptor::EXIT_ENTRY_REGS);
 
 #[cfg(test)]
 mod tests {

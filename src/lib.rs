@@ -8,6 +8,7 @@ mod bootstrap;
 mod diag;
 mod engine;
 mod errno;
+mod exit_entry;
 mod header;
 mod history;
 mod layout;

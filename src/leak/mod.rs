@@ -1,10 +1,9 @@
 //! The exit report's leak check. `report.rs` runs it in order: the live blocks copied under
 //! the list locks (`live.rs`), the roots (`roots.rs`, the exiting thread's from where the
-//! program entered the exit path, `entry.rs`), the threads stopped (`stopworld.rs`), the mark
+//! program entered the exit path, `exit_entry.rs`), the threads stopped (`stopworld.rs`), the mark
 //! with the shared engine over this process's memory (`memory.rs`), the threads released, then
 //! the text (`text.rs`).
 
-mod entry;
 mod live;
 mod memory;
 pub mod report;
@@ -12,6 +11,6 @@ mod roots;
 pub mod stopworld;
 mod text;
 
-pub use entry::{Entry, EXIT_ENTRY};
+pub use crate::exit_entry::Entry;
 pub use memory::readable;
 pub use report::leak_report;

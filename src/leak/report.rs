@@ -14,7 +14,6 @@
 //! grouped, symbolised and printed while the threads stay parked, until the process ends.
 //! Everything runs once, at exit, on libdmem's own heap.
 
-use super::entry::Entry;
 use super::live::snapshot;
 use super::memory::{OwnMemory, OwnScan};
 use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
@@ -22,6 +21,7 @@ use super::stopworld::{Seen, World};
 use super::text::write_report;
 use crate::analysis::arena;
 use crate::analysis::reach::{Blocks, Class, Heuristic, Marker};
+use crate::exit_entry::Entry;
 use crate::lists;
 use crate::{options, procmaps, thread};
 

@@ -75,7 +75,7 @@ impl Entry {
     }
 
     /// Where the calling thread's stack scan starts.
-    pub(super) fn scan_from(&self) -> usize {
+    pub fn scan_from(&self) -> usize {
         match self.from {
             0 => core::hint::black_box(self) as *const Entry as usize,
             sp => sp,
@@ -84,7 +84,7 @@ impl Entry {
 
     /// The program's callee-saved registers, as a range of memory to scan, when they are not
     /// on the stack that is scanned.
-    pub(super) fn registers(&self) -> Option<(usize, usize)> {
+    pub fn registers(&self) -> Option<(usize, usize)> {
         let at = self.regs.as_ptr() as usize;
         (self.from != 0).then_some((at, at + 8 * SAVED))
     }
