@@ -101,7 +101,8 @@ pub(super) fn write_report(
     if no_arena {
         let _ = writeln!(
             out,
-            "dmem: glibc's main_arena was not found in libc's data, so it is scanned like the rest"
+            "dmem: glibc's main_arena was not found in libc's data, so it was scanned as a root: a block only \
+             glibc's bookkeeping points to counts as in use"
         );
     }
     let hidden: Vec<&str> = Class::ALL
