@@ -116,6 +116,62 @@ fn lists_held_orphaned_and_the_last_orphan_under_glibc_top() {
     assert_eq!(gdbrun::json_query(s.out(0), "d['notes']"), "[]");
 }
 
+/// The dead frames below the program's last one (glibc's exit path, libdmem's own) are no
+/// roots in the core of abort-shutdown either: the descriptor says where the program entered
+/// the exit path.
+#[test]
+fn the_exit_paths_dead_words_keep_nothing_reachable() {
+    compare("leakclass_exit", true, [1, 9, 0, 0], &[]);
+}
+
+/// The aborting thread's registers are libdmem's, whatever they hold: here one is made to point
+/// 40 bytes into the lost list's head, as the exit report's own code may leave one, before gdb
+/// writes the core at the abort.
+#[test]
+fn the_aborting_threads_registers_are_no_roots() {
+    if !gdbrun::have_tool("valgrind") || !gdbrun::have_gdb() {
+        return;
+    }
+    let prog = fixture("leakclass_exit");
+    let want = valgrind::summary(&prog, &["register"]);
+    assert_eq!(want.map(|c| c.0), [1, 9, 0, 0], "valgrind's blocks per class");
+    let dir = scratch_dir("leak_classes_registers");
+    let core = dir.join("core.registers");
+    let out = common::output(
+        std::process::Command::new("gdb")
+            .args(["-batch", "-nx", "-q"])
+            .arg("-ex")
+            .arg(format!("set environment LD_PRELOAD={}", lib_path().display()))
+            .args(["-ex", "set environment DMEM_OPTS=abort-shutdown", "-ex", "run"])
+            // Stopped by the SIGABRT of abort-shutdown, in the thread that aborts.
+            .args([
+                "-ex",
+                "set $r9 = ((*(unsigned long *) &hidden) ^ 0x5a5a5a5a5a5a5a5a) + 40",
+            ])
+            .args(["-ex", "printf \"r9 %#lx\\n\", $r9"])
+            .arg("-ex")
+            .arg(format!("gcore {}", core.display()))
+            .args(["-ex", "kill", "--args"])
+            .arg(&prog)
+            .arg("register")
+            .current_dir(&dir)
+            .env_remove("LD_PRELOAD"),
+    );
+    let said = format!("{}{}", common::text(&out.stdout), common::text(&out.stderr));
+    assert!(
+        core.is_file() && said.contains("r9 0x"),
+        "gdb wrote no core:\n{said}"
+    );
+    let s = gdbrun::on_core(&dir, &prog, &core, &["dmem leaks --json"]);
+    s.assert_no_traceback();
+    let got = core_classes(&s, 0);
+    assert_eq!(
+        got.map(|c| c.0),
+        want.map(|c| c.0),
+        "core {got:?}, valgrind {want:?}"
+    );
+}
+
 #[test]
 fn cycles_have_one_definitely_lost_block_each() {
     compare("leakclass_cycle", true, [2, 4, 0, 4], &[]);
@@ -207,4 +263,26 @@ fn heuristics_reach_the_same_blocks_from_the_core() {
     // Without heuristics the 18 blocks are possibly lost; with two of them, only those reach.
     assert_eq!(core_classes(&s, 2).map(|c| c.0), [0, 0, 20, 4]);
     assert_eq!(core_classes(&s, 3).map(|c| c.0), [0, 0, 10, 14]);
+}
+
+/// The free history's rings, libdmem's own memory mapped away from its data, are no roots in a
+/// core either.
+#[test]
+fn the_free_history_keeps_nothing_reachable_in_a_core() {
+    if !gdbrun::have_tool("valgrind") || !gdbrun::have_gdb() {
+        return;
+    }
+    let prog = fixture("leakclass_lists");
+    let want = valgrind::summary(&prog, &[]);
+    let dir = scratch_dir("leak_classes_history_core");
+    let core = make_core(
+        &dir,
+        &prog,
+        &[],
+        "abort-shutdown,history=4096,history-allocs",
+        &lib_path(),
+    );
+    let s = gdbrun::on_core(&dir, &prog, &core, &["dmem leaks --json"]);
+    s.assert_no_traceback();
+    assert_eq!(core_classes(&s, 0), want);
 }

@@ -57,6 +57,8 @@ const CASES: &[Case] = &[
     case("leakclass_blocked", &[], DTV, [0, 0, 1, 50]),
     // A worker blocked in read() holds a block on its stack; the main thread one in its TLS.
     case("leak_threads", &[], DTV, [0, 0, 1, 2]),
+    // A lost list's head left in the dead frames that glibc's exit path is laid over.
+    case("leakclass_exit", &[], &[], [1, 9, 0, 0]),
 ];
 
 /// One preloaded run: its exit report and the run's stdout.
@@ -402,4 +404,18 @@ fn each_heuristic_counts_as_valgrinds_and_can_be_switched_off() {
     let (_, all) = valgrind_with_heuristics(&prog, "all");
     assert_eq!(all.len(), 4, "valgrind's heuristics on the fixture: {all:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The free history's rings are libdmem's own memory, mapped away from its data: their events
+/// hold the addresses of blocks allocated and freed, which must not keep a block reachable.
+#[test]
+fn the_free_history_keeps_nothing_reachable() {
+    if !have_tool("valgrind") {
+        return;
+    }
+    let case = &CASES[0];
+    let want = valgrind::summary(&fixture(case.name), case.args);
+    let run = run_report(case, "leak_classes_history", "history=4096,history-allocs", None);
+    let got = report_summary(&run.report);
+    assert_eq!(compare(case, &want, &got), None, "{}", run.report);
 }
