@@ -853,3 +853,57 @@ fn real_programs_have_valgrinds_classes_at_exit_and_from_the_core() {
         failures.join("\n")
     );
 }
+
+/// A forked subshell that grows its brk heap gets the growth as a second `[heap]` mapping beside
+/// the first (the kernel no longer merges them: they have different anonymous memory owners),
+/// and a header can straddle the two. Over runs of a subshell growing by different amounts, the
+/// subshell itself counts its `[heap]` mappings, and no exit report may say the heap was
+/// overwritten.
+#[test]
+fn a_forked_shell_whose_heap_grew_in_two_mappings_reports_every_block() {
+    let Some(bash) = which("bash") else {
+        common::missing("bash");
+        return;
+    };
+    let dir = scratch_dir("corpus-subshell-heap");
+    let script = dir.join("grow.sh");
+    std::fs::write(
+        &script,
+        r#"( x=$(printf "%0${PAD}d" 0); for i in $(seq 1 $N); do arr[$i]=x$i$x; done
+  heaps=0; while read -r line; do [[ $line == *"[heap]"* ]] && heaps=$((heaps + 1)); done < /proc/$BASHPID/maps
+  echo "heaps $heaps" )
+"#,
+    )
+    .unwrap();
+    let mut split = 0;
+    let mut failures = Vec::new();
+    for n in [50, 100, 200, 300, 500, 700] {
+        for pad in [1, 5, 20, 50] {
+            let report = dir.join(format!("report.{n}.{pad}"));
+            let mut cmd = Command::new(&bash);
+            cmd.arg(&script)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("N", n.to_string())
+                .env("PAD", pad.to_string())
+                .env("LD_PRELOAD", common::lib_path())
+                .env(
+                    "DMEM_OPTS",
+                    format!("leak-report,report-file={}", report.display()),
+                );
+            let out = run_limited(&mut cmd, LIMIT);
+            assert!(out.status.success(), "N={n} PAD={pad}: {}", text(&out.stderr));
+            if text(&out.stdout).contains("heaps 2") {
+                split += 1;
+            }
+            let report = std::fs::read_to_string(&report).unwrap();
+            // The shell, the subshell and its command substitutions each report.
+            assert!(report.matches("dmem: leak summary:").count() >= 3, "{report}");
+            if report.contains("overwritten") {
+                failures.push(format!("N={n} PAD={pad}:\n{report}"));
+            }
+        }
+    }
+    assert!(split > 0, "no run grew the subshell's heap into a second mapping");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
