@@ -96,6 +96,35 @@ fn run_with_abort_shutdown_says_the_abort_was_asked_for_and_where_the_core_is() 
     assert!(text(&out.stdout).starts_with("ABCDEFG"));
 }
 
+/// A `#!` script's core is its interpreter's: the next step names the program the core's notes
+/// name, and that command works.
+#[test]
+fn run_names_the_cores_executable_for_a_script() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("launcher-run-script");
+    let script = dir.join("hello.sh");
+    std::fs::write(&script, "#!/bin/bash\nwords=(a b c)\necho \"${words[@]}\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(dmem()
+        .args(["run", "-o", "abort-shutdown", "--"])
+        .arg(&script)
+        .current_dir(&dir));
+    let err = text(&out.stderr);
+    let hint = err
+        .lines()
+        .find_map(|l| l.strip_prefix("dmem: see what it holds: dmem report "))
+        .unwrap_or_else(|| panic!("no next step:\n{err}"));
+    let (prog, core) = hint.rsplit_once(' ').unwrap();
+    assert_eq!(
+        Path::new(prog),
+        std::fs::canonicalize("/bin/bash").unwrap(),
+        "{err}"
+    );
+    let out = run(dmem().args(["report", prog, core]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("total: "), "{}", text(&out.stdout));
+}
+
 #[test]
 fn run_core_dir_moves_the_core_there() {
     let dir = scratch_dir("launcher-core-dir");
