@@ -239,6 +239,18 @@ mod tests {
         assert_eq!(k, Kind::NotElf);
     }
 
+    /// The libc this process has mapped.
+    fn mapped_libc(maps: &Mappings) -> PathBuf {
+        maps.files()
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+            })
+            .expect("libc mapped")
+            .to_path_buf()
+    }
+
     /// The running test binary: its own function's address maps back through its segments, and
     /// libc's malloc is found among libc's dynamic symbols where the process has it.
     #[test]
@@ -252,15 +264,7 @@ mod tests {
         let m = maps.find(here).unwrap();
         assert_eq!(obj.vaddr_of_offset(here - m.start + m.offset), Some(here - bias));
 
-        let libc = maps
-            .files()
-            .into_iter()
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
-            })
-            .expect("libc mapped")
-            .to_path_buf();
+        let libc = mapped_libc(&maps);
         let malloc = dynamic_symbol(&libc, "malloc").expect("malloc in libc's .dynsym");
         let libc_obj = ElfObject::open(&libc).unwrap();
         let real = libc::malloc as *const () as u64;
@@ -273,15 +277,7 @@ mod tests {
     fn a_second_mapping_of_the_whole_file_is_not_where_it_was_loaded() {
         use crate::source::mappings::Mapping;
         let maps = Mappings::of_process(std::process::id() as i32).unwrap();
-        let libc = maps
-            .files()
-            .into_iter()
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
-            })
-            .expect("libc mapped")
-            .to_path_buf();
+        let libc = mapped_libc(&maps);
         let obj = ElfObject::open(&libc).unwrap();
         let loaded = obj.bias(&maps).unwrap();
         let mut list = maps.list.clone();
