@@ -62,9 +62,11 @@ impl Entry {
 
     /// Our exit handler was called from glibc's `__run_exit_handlers` with its stack pointer at
     /// `sp`, which `exit` called: the stack is scanned from the frame that called `exit`, past
-    /// both. When the frames are not that (another C library), from `sp`.
+    /// both. When the frames are not that (another C library), from `sp`. (libdmem's own `exit`
+    /// leaves no frame: it jumps to glibc's with the stack as the program left it.)
+    #[cfg(not(test))]
     pub fn after_exit_handlers(sp: usize) -> Entry {
-        let exit = libc::exit as *const () as usize;
+        let exit = crate::next::EXIT.get() as usize;
         match program_frame(sp, 2, exit) {
             Some(f) => Entry {
                 regs: f.regs,

@@ -17,12 +17,12 @@
 //! keep hash tables of files by inode whose collisions depend on them; what the first run wrote
 //! there (a key, an archive, gpg's state) is taken away before the second.
 //!
-//! A program that starts others (make's recipes, tar's gzip, CPython's subprocess, a shell's
-//! subshells) is not run with `abort-shutdown`: its children would abort too, and it would see
-//! them die of SIGABRT where valgrind's run saw them exit. It runs with `leak-report` alone under
-//! gdb, which writes its core as it makes its final `exit_group`, in the exit report's own
-//! thread; the others leave the core `abort-shutdown` asks for, through `dmem run`. The
-//! workloads run two at a time.
+//! The cores are `abort-shutdown`'s, through `dmem run`, which aborts only the process it
+//! started, not the children it forks or starts (make's recipes, tar's gzip, CPython's
+//! subprocess, a shell's subshells), so the program sees them exit as under valgrind. gpg turns
+//! core dumps off itself: it runs with `leak-report` alone under gdb, which writes its core as
+//! it makes its final `exit_group`, in the exit report's own thread. The workloads run two at a
+//! time.
 
 mod common;
 use common::run;
@@ -43,7 +43,7 @@ enum Core {
     /// `abort-shutdown`, through `dmem run`.
     Abort,
     /// `leak-report` alone, under gdb, which writes the core at the final `exit_group`: for a
-    /// program whose children must not abort.
+    /// program that turns core dumps off.
     AtExit,
 }
 
@@ -70,7 +70,7 @@ const CORPUS: &[Workload] = &[
         env: &[],
         setup: nothing,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     Workload {
         name: "python3-malloc",
@@ -109,7 +109,7 @@ const CORPUS: &[Workload] = &[
         env: &[],
         setup: bash_files,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     // A forked subshell that grows its brk heap, which the kernel then maps as a second
     // mapping beside the first.
@@ -120,7 +120,7 @@ const CORPUS: &[Workload] = &[
         env: &[("N", "300"), ("PAD", "1")],
         setup: bash_files,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     // A version file read the way pyenv reads one: the `exit` leaves a lost list in the dead
     // frames glibc's exit path is laid over.
@@ -131,7 +131,7 @@ const CORPUS: &[Workload] = &[
         env: &[],
         setup: bash_files,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     Workload {
         name: "make",
@@ -140,7 +140,7 @@ const CORPUS: &[Workload] = &[
         env: &[],
         setup: make_files,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     Workload {
         name: "tar",
@@ -149,7 +149,7 @@ const CORPUS: &[Workload] = &[
         env: &[],
         setup: text_and_tree,
         cwd: "",
-        core: Core::AtExit,
+        core: Core::Abort,
     },
     Workload {
         name: "sed",
