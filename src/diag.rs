@@ -82,9 +82,11 @@ fn describe_stack(out: &mut Out, frames: &[usize; NFRAMES]) {
     }
 }
 
-/// A loaded object's name (the file's last component) and the address ranges of its segments.
+/// A loaded object as the loader lists it: its path (empty for the program), the address its
+/// ELF header is mapped at, and the address ranges of its segments.
 struct Object {
-    name: Vec<u8>,
+    path: Vec<u8>,
+    header: usize,
     ranges: Vec<(usize, usize)>,
 }
 
@@ -93,7 +95,7 @@ static OBJECTS: AtomicPtr<Vec<Object>> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Takes what naming frames needs from the loader, while its lock can be taken: the exit report
 /// names frames after it has stopped every other thread for good, and one of them may hold that
-/// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' names and segments are
+/// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' paths and segments are
 /// kept, and the `backtrace` crate lists them too now (once per process).
 pub fn name_without_the_loader() {
     if !OBJECTS.load(Ordering::Acquire).is_null() {
@@ -101,17 +103,21 @@ pub fn name_without_the_loader() {
     }
     let mut objects: Vec<Object> = Vec::new();
     crate::unwind::each_object(&mut |path, bias, phdrs| {
-        let ranges = phdrs
-            .iter()
-            .filter(|p| p.p_type == libc::PT_LOAD)
+        let loads = phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
+        let ranges = loads
+            .clone()
             .map(|p| (bias + p.p_vaddr as usize, bias + (p.p_vaddr + p.p_memsz) as usize))
             .collect();
-        let name = match path.rsplit(|&b| b == b'/').next() {
-            // The main program is listed with an empty name: named as the loader would.
-            Some([]) | None => program_name(),
-            Some(base) => base.to_vec(),
-        };
-        objects.push(Object { name, ranges });
+        // The segment that maps the file from its start holds the ELF header.
+        let header = loads
+            .clone()
+            .find(|p| p.p_offset == 0)
+            .map_or(bias, |p| bias + p.p_vaddr as usize);
+        objects.push(Object {
+            path: path.to_vec(),
+            header,
+            ranges,
+        });
         false
     });
     OBJECTS.store(Box::into_raw(Box::new(objects)), Ordering::Release);
@@ -119,105 +125,54 @@ pub fn name_without_the_loader() {
     backtrace::resolve(core::ptr::null_mut(), |_| {});
 }
 
-// SAFETY (of the declaration): glibc's `char *program_invocation_name`, the program's argv[0],
-// set before any constructor runs.
-unsafe extern "C" {
-    static program_invocation_name: *const libc::c_char;
-}
-
-/// The program's name as `dladdr` gives it: the last component of argv[0].
-fn program_name() -> Vec<u8> {
-    // SAFETY: glibc sets the pointer before constructors run, to a NUL-terminated string (or
-    // leaves it null), and never frees it.
-    let path = unsafe {
-        if program_invocation_name.is_null() {
-            &b""[..]
-        } else {
-            core::ffi::CStr::from_ptr(program_invocation_name).to_bytes()
-        }
-    };
-    path.rsplit(|&b| b == b'/').next().unwrap_or(path).to_vec()
-}
-
-/// The name of the object that holds `at`, from the table `name_without_the_loader` took.
-fn object_named(objects: &[Object], at: usize) -> Option<&[u8]> {
-    objects
+/// The path (as the loader knows it; empty for the program) and the ELF header's address of the
+/// object that holds `at`, from the table `name_without_the_loader` took; None before it ran
+/// or when no object holds `at`.
+pub fn object_at(at: usize) -> Option<(&'static [u8], usize)> {
+    let objects = OBJECTS.load(Ordering::Acquire);
+    if objects.is_null() {
+        return None;
+    }
+    // SAFETY: the table is leaked, never freed, once published.
+    let objects: &'static [Object] = unsafe { &*objects };
+    let o = objects
         .iter()
-        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e))
-        .map(|o| &o.name[..])
+        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e))?;
+    Some((&o.path[..], o.header))
 }
 
 /// Describes a return address the one way libdmem prints frames, in the bad-free line and in
-/// the exit report alike: `function (file:line) in object`. Names (demangled), files and lines
-/// come from the symbol tables and debug info through the `backtrace` crate, falling back to the
-/// loader's dynamic symbols (`symbol+0xOFF`), then to the raw address; the object is the loaded
-/// file that holds the address. It allocates (on libdmem's own heap), so it runs only at exit or
-/// on the way to an abort, with the reentrancy guard held and never from inside the loader.
-/// Once `name_without_the_loader` has run it takes no lock of the loader's (the exit report's
-/// case); before, it asks `dladdr`.
+/// the exit report alike: `function (file:line) in object`, from its innermost frame as
+/// `frames.rs` symbolises it (names demangled, files and lines from the symbol tables and debug
+/// info through the `backtrace` crate), else the loader's dynamic symbol (`symbol+0xOFF`), else
+/// the raw address; the object is the file mapped there. It allocates (on libdmem's own heap),
+/// so it runs only at exit or on the way to an abort, with the reentrancy guard held and never
+/// from inside the loader. Once `name_without_the_loader` has run it takes no lock of the
+/// loader's (the exit report's case); before, it asks `dladdr`.
 pub fn describe_pc(out: &mut Out, pc: usize) {
-    // A return address points after the call; the call itself is one byte earlier.
-    let at = pc.wrapping_sub(1) as *mut libc::c_void;
-    let objects = OBJECTS.load(Ordering::Acquire);
-    if !objects.is_null() {
-        let mut done = false;
-        backtrace::resolve(at, |sym| {
-            if !done {
-                done = name_symbol(out, sym);
-            }
-        });
-        if !done {
-            out.hex(pc);
-        }
-        // SAFETY: the table is leaked, never freed, once published.
-        if let Some(name) = object_named(unsafe { &*objects }, at as usize).filter(|n| !n.is_empty()) {
-            out.str(" in ").bytes(name);
-        }
-        return;
-    }
-    let mut info: libc::Dl_info = libc::Dl_info {
-        dli_fname: core::ptr::null(),
-        dli_fbase: core::ptr::null_mut(),
-        dli_sname: core::ptr::null(),
-        dli_saddr: core::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the loader's
-    // tables, which stay valid while the object is loaded.
-    let found = unsafe { libc::dladdr(at, &mut info) } != 0;
-    let mut done = false;
-    backtrace::resolve(at, |sym| {
-        if !done {
-            done = name_symbol(out, sym);
-        }
-    });
-    if !done {
-        if found && !info.dli_sname.is_null() {
-            // SAFETY: dli_sname is a NUL-terminated string from the loader (see above).
-            let name = unsafe { core::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes();
-            out.bytes(name).str("+").hex(pc - info.dli_saddr as usize);
-        } else {
-            out.hex(pc);
-        }
-    }
-    if found && !info.dli_fname.is_null() {
-        // SAFETY: as for dli_sname.
-        let path = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
-        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        if !base.is_empty() {
-            out.str(" in ").bytes(base);
-        }
-    }
+    let frames = crate::frames::frames(pc);
+    describe_frame(out, &frames[0]);
 }
 
-/// `function (file:line)` of a symbol the `backtrace` crate found; false when it has no name.
-fn name_symbol(out: &mut Out, sym: &backtrace::Symbol) -> bool {
-    let Some(name) = sym.name() else { return false };
-    let _ = write!(out, "{name:#}");
-    if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
-        let file = file.file_name().unwrap_or(file.as_os_str());
-        let _ = write!(out, " ({}:{line})", file.to_string_lossy());
+/// A frame as `describe_pc` writes it.
+pub fn describe_frame(out: &mut Out, f: &crate::analysis::frame::Frame) {
+    match (&f.function, f.offset) {
+        (Some(name), Some(off)) => {
+            out.str(name).str("+").hex(off as usize);
+        }
+        (Some(name), None) => {
+            out.str(name);
+            if let (Some((_, file)), Some(line)) = (f.file_parts(), f.line) {
+                let _ = write!(out, " ({file}:{line})");
+            }
+        }
+        (None, _) => {
+            out.hex(f.pc as usize);
+        }
     }
-    true
+    if let Some(name) = f.object.as_deref().and_then(|p| p.file_name()) {
+        out.str(" in ").str(&name.to_string_lossy());
+    }
 }
 
 impl Write for Out {

@@ -9,6 +9,7 @@ mod diag;
 mod engine;
 mod errno;
 mod exit_entry;
+mod frames;
 mod header;
 mod history;
 mod layout;

@@ -32,6 +32,9 @@ extern "C" fn constructor() {
         layout::FLAGS.fetch_or(layout::FLAG_RECORDING, core::sync::atomic::Ordering::Relaxed);
     }
     tell_descendants();
+    if options::get().leak_report {
+        crate::leak::suppress::load();
+    }
     if finish::has_an_end() {
         exits::register();
         // Done already at the first allocation, unless that came on another thread.

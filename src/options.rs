@@ -59,6 +59,23 @@ pub struct Options {
     pub history: usize,
     /// Record allocations in the history too.
     pub history_allocs: bool,
+    /// The `suppressions=FILE` paths, each NUL-terminated, one after the other; `suppressions_len`
+    /// bytes of it are used.
+    pub suppressions: [u8; PATH_MAX],
+    pub suppressions_len: usize,
+    /// After each stack of the report, a valgrind suppression matching it.
+    pub gen_suppressions: bool,
+    /// The report as valgrind's XML instead of text.
+    pub report_xml: bool,
+}
+
+impl Options {
+    /// The suppression files given, in order.
+    pub fn suppression_files(&self) -> impl Iterator<Item = &[u8]> {
+        self.suppressions[..self.suppressions_len]
+            .split(|&b| b == 0)
+            .filter(|p| !p.is_empty())
+    }
 }
 
 enum Kind {
@@ -147,7 +164,22 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "leak-exitcode",
         kind: Kind::Value("N", set_exitcode),
-        help: "exit with status N (0-255) when the leak report finds blocks definitely, indirectly or possibly lost",
+        help: "exit with status N (0-255) when the leak report finds blocks definitely, indirectly or possibly lost that no suppression matches",
+    },
+    Spec {
+        name: "suppressions",
+        kind: Kind::Value("FILE", add_suppressions),
+        help: "leave out of the leak report, and of leak-exitcode's count, the blocks a suppression in FILE matches: LeakSanitizer's leak:PATTERN lines or valgrind's Memcheck:Leak blocks (as --gen-suppressions writes them); may be given more than once",
+    },
+    Spec {
+        name: "gen-suppressions",
+        kind: Kind::Flag(|o| o.gen_suppressions = true),
+        help: "after each stack of the leak report, print a valgrind suppression that matches it, for a suppressions file",
+    },
+    Spec {
+        name: "report-format",
+        kind: Kind::Value("text|xml", set_report_format),
+        help: "the leak report as text (the default) or as valgrind's XML (protocol 4), for CI viewers that read valgrind's",
     },
     Spec {
         name: "no-signal-report",
@@ -200,6 +232,28 @@ fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> bool {
     true
 }
 
+/// Adds a suppressions file to the NUL-separated list (paths are read at start-up, when the
+/// library can allocate; parsing cannot).
+fn add_suppressions(o: &mut Options, v: &[u8]) -> bool {
+    let at = o.suppressions_len;
+    if v.is_empty() || v.contains(&0) || at + v.len() + 1 > PATH_MAX {
+        return false;
+    }
+    o.suppressions[at..at + v.len()].copy_from_slice(v);
+    o.suppressions[at + v.len()] = 0;
+    o.suppressions_len = at + v.len() + 1;
+    true
+}
+
+fn set_report_format(o: &mut Options, v: &[u8]) -> bool {
+    o.report_xml = match v {
+        b"text" => false,
+        b"xml" => true,
+        _ => return false,
+    };
+    true
+}
+
 fn set_history(o: &mut Options, v: &[u8]) -> bool {
     let parsed = core::str::from_utf8(v).ok().and_then(|s| s.parse::<usize>().ok());
     match parsed {
@@ -245,7 +299,8 @@ fn set_leak_heuristics(o: &mut Options, v: &[u8]) -> bool {
     }
 }
 
-const SHOW_ALL: u8 = 0b1111;
+/// Every class: `leak-show=all`.
+pub const SHOW_ALL: u8 = 0b1111;
 
 /// valgrind's default for --show-leak-kinds: every class but still reachable.
 const SHOW_DEFAULT: u8 = SHOW_ALL & !Class::StillReachable.bit();
@@ -282,6 +337,10 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     append_files: false,
     history: 0,
     history_allocs: false,
+    suppressions: [0; PATH_MAX],
+    suppressions_len: 0,
+    gen_suppressions: false,
+    report_xml: false,
 }));
 
 /// The process id `abort-shutdown` aborts when this process is the one started with it.

@@ -1,18 +1,34 @@
 //! The exit report's text: the summary in valgrind's words, the notes on threads and broken
-//! lists, and one record per class and allocating stack.
+//! lists, and one record per class and allocating stack, less what suppressions match, with
+//! valgrind's suppression for each when asked; or all of it as valgrind's XML.
 
 use super::live::{Breaks, Live};
 use super::roots::ThreadNotes;
+use super::suppress;
 use crate::analysis::reach::{Class, Heuristic};
+use crate::analysis::suppressions::{Generated, Hit, Stack};
+use crate::analysis::vgxml::{document, Record, Run};
 use crate::diag;
+use crate::frames::Symbols;
 use crate::header::NFRAMES;
 use crate::out::Out;
-use crate::sink;
+use crate::{options, sink};
 use core::fmt::Write;
 use std::collections::HashMap;
 
-/// Groups the blocks by class and stack, prints the report and returns the count of leaked
-/// blocks.
+/// One class of one allocating stack: valgrind's loss record.
+#[derive(Default)]
+struct Group {
+    blocks: usize,
+    bytes: usize,
+    example: usize,
+    /// The suppression that took it out of the report.
+    hit: Option<Hit>,
+}
+
+/// Groups the blocks by class and stack, leaves out what the suppressions match, prints the
+/// report (text or valgrind's XML) and returns the count of leaked blocks no suppression
+/// matched.
 pub(super) fn write_report(
     live: &[Live],
     classes: &[Class],
@@ -22,19 +38,17 @@ pub(super) fn write_report(
     breaks: &Breaks,
     no_arena: bool,
 ) -> usize {
-    #[derive(Default)]
-    struct Group {
-        blocks: usize,
-        bytes: usize,
-        example: usize,
-    }
+    let opts = options::get();
+    let mut loaded = suppress::take();
+    // Suppressions apply to every class, listed or not, as valgrind's summary counts them.
+    let matching = loaded.as_ref().is_some_and(|l| !l.sup.is_empty());
     let mut totals: HashMap<Class, (usize, usize)> = HashMap::new();
     let mut groups: HashMap<(Class, [usize; NFRAMES]), Group> = HashMap::new();
     for (b, &c) in live.iter().zip(classes) {
         let t = totals.entry(c).or_default();
         t.0 += 1;
         t.1 += b.size;
-        if show & c.bit() == 0 {
+        if show & c.bit() == 0 && !matching {
             continue;
         }
         let g = groups.entry((c, b.frames)).or_default();
@@ -47,6 +61,35 @@ pub(super) fn write_report(
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_by(|a, b| (a.0 .0, b.1.bytes, a.0 .1).cmp(&(b.0 .0, a.1.bytes, b.0 .1)));
 
+    let mut syms = Symbols::new();
+    let mut suppressed = (0usize, 0usize);
+    if let Some(l) = loaded.as_mut().filter(|_| matching) {
+        for ((class, frames), g) in groups.iter_mut() {
+            let (fr, alloc, _, truncated) = syms.stack(frames);
+            let stack = Stack {
+                alloc,
+                alloc_object: syms.own.as_deref(),
+                frames: &fr,
+                truncated,
+            };
+            g.hit = l.sup.find(&stack, *class);
+            if let Some(hit) = g.hit {
+                l.sup.record(hit, g.blocks as u64, g.bytes as u64);
+                let t = totals.entry(*class).or_default();
+                t.0 -= g.blocks;
+                t.1 -= g.bytes;
+                suppressed.0 += g.blocks;
+                suppressed.1 += g.bytes;
+            }
+        }
+    }
+    groups.retain(|((c, _), g)| show & c.bit() != 0 && g.hit.is_none());
+    let leaked = totals.iter().filter(|(c, _)| c.is_leak()).map(|(_, t)| t.0).sum();
+    if opts.report_xml {
+        write_xml(&groups, &mut syms, loaded.as_ref(), opts.gen_suppressions);
+        return leaked;
+    }
+
     let mut out = open_output();
     let _ = write!(out, "dmem: leak summary:");
     for (i, c) in Class::ALL.iter().enumerate() {
@@ -57,6 +100,14 @@ pub(super) fn write_report(
             if i > 0 { ";" } else { "" },
             c.name(),
             blocks(n)
+        );
+    }
+    if loaded.is_some() {
+        let _ = write!(
+            out,
+            "; suppressed: {} bytes in {}",
+            suppressed.1,
+            blocks(suppressed.0)
         );
     }
     let _ = writeln!(out);
@@ -117,6 +168,11 @@ pub(super) fn write_report(
             hidden.join(", ")
         );
     }
+    if let Some(l) = &loaded {
+        for p in &l.problems {
+            let _ = writeln!(out, "dmem: this run had no suppressions from {p}");
+        }
+    }
     for ((class, frames), g) in &groups {
         let _ = writeln!(
             out,
@@ -129,12 +185,108 @@ pub(super) fn write_report(
         );
         for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
             let _ = write!(out, "    #{i} {pc:#x} ");
-            diag::describe_pc(&mut out, pc);
+            diag::describe_frame(&mut out, &syms.of(pc)[0]);
             let _ = writeln!(out);
+        }
+        if opts.gen_suppressions {
+            let (fr, alloc, _, truncated) = syms.stack(frames);
+            let stack = Stack {
+                alloc,
+                alloc_object: syms.own.as_deref(),
+                frames: &fr,
+                truncated,
+            };
+            out.str(&Generated::new(&stack, *class).text());
+        }
+    }
+    // valgrind -v's list of the suppressions used, when every class is listed.
+    if let Some(l) = loaded.as_ref().filter(|_| show == options::SHOW_ALL) {
+        let used = l.sup.used();
+        if !used.is_empty() {
+            let _ = writeln!(out);
+        }
+        for (hit, u) in used {
+            let _ = writeln!(out, "dmem: {}", l.sup.used_line(hit, u));
         }
     }
     out.flush();
-    live.iter().zip(classes).filter(|(_, c)| c.is_leak()).count()
+    leaked
+}
+
+/// The report as valgrind's XML: the listed loss records, their suppressions when asked for,
+/// and the suppressions' counts.
+fn write_xml(
+    groups: &[((Class, [usize; NFRAMES]), Group)],
+    syms: &mut Symbols,
+    loaded: Option<&suppress::Loaded>,
+    gen: bool,
+) {
+    let raw: Vec<_> = groups.iter().map(|((_, frames), _)| syms.stack(frames)).collect();
+    let stacks: Vec<Stack> = raw
+        .iter()
+        .map(|(fr, alloc, _, truncated)| Stack {
+            alloc: *alloc,
+            alloc_object: syms.own.as_deref(),
+            frames: fr,
+            truncated: *truncated,
+        })
+        .collect();
+    let generated: Vec<Option<Generated>> = groups
+        .iter()
+        .zip(&stacks)
+        .map(|(((c, _), _), s)| gen.then(|| Generated::new(s, *c)))
+        .collect();
+    let records: Vec<Record> = groups
+        .iter()
+        .zip(&stacks)
+        .zip(&generated)
+        .enumerate()
+        .map(|(i, ((((class, _), g), stack), gen))| Record {
+            class: *class,
+            bytes: g.bytes as u64,
+            blocks: g.blocks as u64,
+            stack,
+            alloc_ip: raw[i].2,
+            suppression: gen.as_ref(),
+        })
+        .collect();
+    let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
+        .map(|c| {
+            c.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut preamble = vec!["dmem's leak report in memcheck's format".to_owned()];
+    if let Some(l) = loaded {
+        preamble.extend(
+            l.problems
+                .iter()
+                .map(|p| format!("this run had no suppressions from {p}")),
+        );
+    }
+    preamble.push(format!("Command: {}", argv.join(" ")));
+    let suppcounts: Vec<(String, u64)> = loaded
+        .map(|l| {
+            l.sup
+                .used()
+                .into_iter()
+                .map(|(h, u)| (l.sup.entry(h).name.clone(), u.count))
+                .collect()
+        })
+        .unwrap_or_default();
+    let run = Run {
+        // SAFETY: getpid and getppid cannot fail and touch no memory.
+        pid: unsafe { libc::getpid() } as u32,
+        // SAFETY: as above.
+        ppid: unsafe { libc::getppid() } as u32,
+        argv: &argv,
+        preamble: &preamble,
+    };
+    let mut out = open_output();
+    out.str(&document(&run, &records, &suppcounts));
+    out.flush();
 }
 
 pub(super) fn blocks(n: usize) -> String {

@@ -13,37 +13,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-/// One frame of a symbolised stack. An address inside inlined code gives several frames with
-/// the same `pc`: the inlined functions innermost first, then the function they were inlined
-/// into.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
-    pub pc: u64,
-    /// Demangled.
-    pub function: Option<String>,
-    /// How far `pc` lies into the function's symbol, when the symbol table knows it.
-    pub offset: Option<u64>,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// The mapped file `pc` is in.
-    pub object: Option<Rc<Path>>,
-    /// This frame was inlined into the next one.
-    pub inlined: bool,
-}
-
-impl Frame {
-    pub fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
-        Frame {
-            pc,
-            function: None,
-            offset: None,
-            file: None,
-            line: None,
-            object,
-            inlined: false,
-        }
-    }
-}
+use crate::analysis::frame::inlined_symbol;
+pub use crate::analysis::frame::Frame;
 
 /// One mapped object, opened for symbolisation.
 pub struct Object {
@@ -105,6 +76,13 @@ impl Object {
                     .as_ref()
                     .and_then(|n| n.demangle().ok())
                     .map(|n| n.into_owned());
+                // valgrind names an inlined function by its DWARF name, unqualified; the
+                // outermost frame keeps the raw name until the symbol table's replaces it.
+                fr.symbol = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.raw_name().ok())
+                    .map(|raw| raw.into_owned());
                 if let Some(loc) = f.location {
                     fr.file = loc.file.map(str::to_owned);
                     fr.line = loc.line;
@@ -116,6 +94,10 @@ impl Object {
                 break;
             }
         }
+        let n = out.len();
+        for f in out.iter_mut().take(n.saturating_sub(1)) {
+            f.symbol = f.symbol.as_deref().map(inlined_symbol);
+        }
         if let Some(last) = out.last_mut() {
             // Only the outermost frame is a real function with a symbol.
             last.inlined = false;
@@ -124,11 +106,14 @@ impl Object {
                 if last.function.is_none() {
                     last.function = Some(demangle(sym.name()));
                 }
+                // A function by its symbol, mangled, as valgrind names it.
+                last.symbol = Some(sym.name().to_owned());
             }
         } else {
             let mut fr = Frame::bare(pc, object);
             if let Some(sym) = symbol {
                 fr.function = Some(demangle(sym.name()));
+                fr.symbol = Some(sym.name().to_owned());
                 fr.offset = Some(probe + 1 - sym.address());
             }
             out.push(fr);

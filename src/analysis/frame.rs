@@ -1,0 +1,138 @@
+//! A symbolised frame: the one record both sides build, the library from the `backtrace` crate
+//! at exit (`src/frames.rs`) and the launcher from `addr2line` (`model/symbolize.rs`), and the
+//! one that suppressions are matched against and valgrind's XML is written from.
+
+use std::path::Path;
+use std::rc::Rc;
+
+/// One frame of a symbolised stack. An address inside inlined code gives several frames with
+/// the same `pc`: the inlined functions innermost first, then the function they were inlined
+/// into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub pc: u64,
+    /// Demangled.
+    pub function: Option<String>,
+    /// The name as valgrind matches `fun:` lines against it and writes it into the suppressions
+    /// it generates: a function's symbol, mangled; an inlined function's name as the debug info
+    /// gives it (DW_AT_name: unqualified, no parameters). See `valgrind_name`.
+    pub symbol: Option<String>,
+    /// How far `pc` lies into the function's symbol, when the symbol table knows it.
+    pub offset: Option<u64>,
+    /// The source file as the debug info names it, with its directory when it has one.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// The mapped file `pc` is in.
+    pub object: Option<Rc<Path>>,
+    /// This frame was inlined into the next one.
+    pub inlined: bool,
+}
+
+impl Frame {
+    pub fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
+        Frame {
+            pc,
+            function: None,
+            symbol: None,
+            offset: None,
+            file: None,
+            line: None,
+            object,
+            inlined: false,
+        }
+    }
+
+    /// The name valgrind's `fun:` lines see for this frame, `???` when nothing names it. The
+    /// frames glibc runs `main` from are `(below main)`, as valgrind renames them.
+    pub fn valgrind_name(&self) -> &str {
+        match self.symbol.as_deref() {
+            Some(BELOW_MAIN_1 | BELOW_MAIN_2 | BELOW_MAIN_3 | BELOW_MAIN_4) if !self.inlined => {
+                "(below main)"
+            }
+            Some(s) => s,
+            None => "???",
+        }
+    }
+
+    /// The source file without its directory, and the directory, as valgrind's XML splits them.
+    pub fn file_parts(&self) -> Option<(Option<&str>, &str)> {
+        let file = self.file.as_deref()?;
+        Some(match file.rfind('/') {
+            Some(i) if i > 0 => (Some(&file[..i]), &file[i + 1..]),
+            Some(_) => (Some("/"), &file[1..]),
+            None => (None, file),
+        })
+    }
+}
+
+const BELOW_MAIN_1: &str = "__libc_start_main";
+const BELOW_MAIN_2: &str = "__libc_start_call_main";
+const BELOW_MAIN_3: &str = "__libc_start_main_impl";
+const BELOW_MAIN_4: &str = "generic_start_main";
+
+/// The name valgrind gives an inlined function: its DW_AT_name, which is the demangled name
+/// without its scope or parameters (`std::vector<int>::push_back(int const&)` is
+/// `push_back`, `Box<T>::make()` is `make`, a function template keeps its arguments:
+/// `max<int>`). `demangled_no_params` is the name demangled without parameters.
+pub fn inlined_name(demangled_no_params: &str) -> &str {
+    // The last `::` outside template brackets and parentheses starts the unqualified name.
+    let bytes = demangled_no_params.as_bytes();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' => depth += 1,
+            b'>' | b')' => depth -= 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    &demangled_no_params[start..]
+}
+
+/// An inlined function's name as valgrind gives it from the name the debug info links it by:
+/// a mangled C++ name demangled without its parameters and scope (`inlined_name`), any other
+/// name as it is. `cpp_demangle` is linked by both sides already (the library through
+/// `backtrace`).
+pub fn inlined_symbol(raw: &str) -> String {
+    if !raw.starts_with("_Z") {
+        return raw.to_owned();
+    }
+    let opts = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
+    match cpp_demangle::Symbol::new(raw).map(|s| s.demangle_with_options(&opts)) {
+        Ok(Ok(d)) => inlined_name(&d).to_owned(),
+        _ => raw.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlined_names_are_unqualified() {
+        assert_eq!(inlined_name("inl"), "inl");
+        assert_eq!(inlined_name("Box<std::vector<int> >::make"), "make");
+        assert_eq!(inlined_name("std::max<ns::A<1>::B>"), "max<ns::A<1>::B>");
+        assert_eq!(inlined_name("ns::W::W"), "W");
+        assert_eq!(inlined_name("(anonymous namespace)::helper"), "helper");
+        assert_eq!(inlined_symbol("_ZN3BoxIiE4makeEv"), "make");
+        assert_eq!(inlined_symbol("inl"), "inl");
+    }
+
+    #[test]
+    fn below_main_and_file_parts() {
+        let mut f = Frame::bare(1, None);
+        assert_eq!(f.valgrind_name(), "???");
+        f.symbol = Some("__libc_start_call_main".into());
+        assert_eq!(f.valgrind_name(), "(below main)");
+        f.file = Some("/src/a/b.c".into());
+        assert_eq!(f.file_parts(), Some((Some("/src/a"), "b.c")));
+        f.file = Some("b.c".into());
+        assert_eq!(f.file_parts(), Some((None, "b.c")));
+    }
+}

@@ -1,0 +1,996 @@
+//! Suppression files, as LeakSanitizer and valgrind's memcheck read them, matched against a
+//! block's stack; and valgrind's suppression for a stack, as `--gen-suppressions` writes it.
+//! The exit report and the launcher both read, match and write them here.
+//!
+//! A file's format is told by its first line that is neither blank nor a comment: `{` opens
+//! valgrind's blocks, anything else is LeakSanitizer's `TYPE:PATTERN` lines.
+//!
+//! - LeakSanitizer: a `leak:PATTERN` suppresses a block when PATTERN matches, for any frame of
+//!   its stack, the module's path, the demangled function name or the source file's path, as
+//!   LSan's `TemplateMatch`: a substring match, `*` for any run of characters, `^` and `$`
+//!   anchoring it at the start or end. Other types (`race:`, `interceptor_via_fun:`) are
+//!   skipped.
+//! - valgrind: `{ NAME  Memcheck:Leak  [match-leak-kinds: KINDS]  LOCATIONS }`, locations
+//!   `fun:GLOB` (a function's symbol, mangled, as valgrind matches it; inlined functions by
+//!   their DWARF name), `obj:GLOB` (the object's path), `src:FILE[:LINE]` and `...` (any number
+//!   of frames); globs have `*` and `?`. They match a prefix of the stack from the allocation
+//!   function (`fun:malloc`) down, as memcheck matches, and valgrind's default `--num-callers`
+//!   of 12 bounds the locations it reads. Other kinds (`Memcheck:Cond`, `Helgrind:Race`) are
+//!   skipped.
+//!
+//! Each frame's names are matched once however many suppressions there are: LeakSanitizer's
+//! patterns through one Aho-Corasick automaton of their literal pieces, valgrind's through the
+//! one plain function name each needs.
+
+use crate::analysis::allocfn::{self, Alloc};
+use crate::analysis::frame::Frame;
+use crate::analysis::reach::Class;
+use aho_corasick::AhoCorasick;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+/// Where valgrind's allocation functions live in its stacks: an `obj:` line for the
+/// allocation function's frame matches this as well as the object that holds it here.
+const VALGRIND_PRELOAD: &str = "/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so";
+
+/// valgrind's default `--num-callers`: locations past it are not read.
+const NUM_CALLERS: usize = 12;
+
+/// A block's stack as suppressions see it.
+pub struct Stack<'a> {
+    /// The allocation function the program called.
+    pub alloc: Alloc,
+    /// The object that holds the allocation function here (libdmem.so).
+    pub alloc_object: Option<&'a Path>,
+    /// The recorded frames, symbolised, inlined ones expanded, innermost first.
+    pub frames: &'a [Frame],
+    /// The recorded stack filled every slot, so it may have been cut: a valgrind suppression
+    /// longer than it then matches if all it could be compared with matched.
+    pub truncated: bool,
+}
+
+/// A file that could not be used, or the line of it that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    /// 0 for the file as a whole (missing, unreadable).
+    pub line: usize,
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self.line {
+            0 => write!(f, "suppressions file {}: {}", self.path, self.what),
+            n => write!(f, "suppressions file {}, line {n}: {}", self.path, self.what),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    LeakSanitizer,
+    Valgrind,
+}
+
+/// One suppression of a file.
+#[derive(Debug)]
+pub struct Entry {
+    /// valgrind's name line, or `leak:PATTERN`.
+    pub name: String,
+    /// The line of the name (valgrind) or of the pattern (LSan).
+    pub line: usize,
+    rule: Rule,
+}
+
+#[derive(Debug)]
+enum Rule {
+    Lsan(Template),
+    Valgrind { kinds: u8, locs: Vec<Loc> },
+}
+
+/// A file read whole.
+#[derive(Debug)]
+pub struct File {
+    pub path: String,
+    pub format: Format,
+    pub entries: Vec<Entry>,
+    /// Suppressions of other kinds, skipped: how many of each kind.
+    pub skipped: Vec<(String, usize)>,
+}
+
+impl File {
+    /// The one line saying what was skipped, if anything was.
+    pub fn skipped_note(&self) -> Option<String> {
+        let n: usize = self.skipped.iter().map(|s| s.1).sum();
+        if n == 0 {
+            return None;
+        }
+        let kinds: Vec<&str> = self.skipped.iter().map(|s| s.0.as_str()).collect();
+        let ours = match self.format {
+            Format::LeakSanitizer => "leak:",
+            Format::Valgrind => "Memcheck:Leak",
+        };
+        Some(format!(
+            "suppressions file {}: skipped {n} suppression{} of other kinds than {ours} ({})",
+            self.path,
+            if n == 1 { "" } else { "s" },
+            kinds.join(", ")
+        ))
+    }
+}
+
+/// Reads and parses one file.
+pub fn read(path: &str) -> Result<File, Problem> {
+    match std::fs::read(path) {
+        Ok(bytes) => parse(path, &String::from_utf8_lossy(&bytes)),
+        Err(e) => Err(Problem {
+            path: path.to_owned(),
+            line: 0,
+            what: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_owned(),
+                _ => format!("cannot be read ({e})"),
+            },
+        }),
+    }
+}
+
+/// Parses a file's text; `path` names it in problems.
+pub fn parse(path: &str, text: &str) -> Result<File, Problem> {
+    // Lines as valgrind's reader gives them: trimmed, blank lines and `#` comments dropped.
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let valgrind = lines.first().is_some_and(|(_, l)| *l == "{");
+    let mut file = File {
+        path: path.to_owned(),
+        format: if valgrind {
+            Format::Valgrind
+        } else {
+            Format::LeakSanitizer
+        },
+        entries: Vec::new(),
+        skipped: Vec::new(),
+    };
+    let fail = |line: usize, what: &str| Problem {
+        path: path.to_owned(),
+        line,
+        what: what.to_owned(),
+    };
+    if valgrind {
+        parse_valgrind(&lines, &mut file).map_err(|(line, what)| fail(line, &what))?;
+    } else {
+        for &(n, l) in &lines {
+            let Some((kind, pattern)) = l.split_once(':') else {
+                return Err(fail(n, "expected TYPE:PATTERN, as leak:PATTERN"));
+            };
+            if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(fail(n, "expected TYPE:PATTERN, as leak:PATTERN"));
+            }
+            if kind != "leak" {
+                skip(&mut file.skipped, kind);
+                continue;
+            }
+            if pattern.is_empty() {
+                return Err(fail(n, "leak: has no pattern"));
+            }
+            file.entries.push(Entry {
+                name: l.to_owned(),
+                line: n,
+                rule: Rule::Lsan(Template::new(pattern)),
+            });
+        }
+    }
+    Ok(file)
+}
+
+fn skip(skipped: &mut Vec<(String, usize)>, kind: &str) {
+    match skipped.iter_mut().find(|s| s.0 == kind) {
+        Some(s) => s.1 += 1,
+        None => skipped.push((kind.to_owned(), 1)),
+    }
+}
+
+/// valgrind's blocks, with its reader's rules and messages.
+fn parse_valgrind(lines: &[(usize, &str)], file: &mut File) -> Result<(), (usize, String)> {
+    let mut it = lines.iter().copied().peekable();
+    let last = lines.last().map_or(0, |l| l.0);
+    let eof = |what: &str| (last, format!("unexpected end of file ({what})"));
+    while let Some((n, l)) = it.next() {
+        if l != "{" {
+            return Err((n, "expected '{' or end of file".into()));
+        }
+        let (name_line, name) = it.next().ok_or_else(|| eof("expecting a name"))?;
+        if name == "}" {
+            return Err((name_line, "unexpected '}' (expecting a name)".into()));
+        }
+        let (kl, kind) = it.next().ok_or_else(|| eof("expecting TOOL:KIND"))?;
+        let Some((tools, what)) = kind.split_once(':') else {
+            return Err((kl, "malformed 'tool1,tool2,...:kind' line".into()));
+        };
+        let memcheck = tools.split(',').any(|t| t == "Memcheck");
+        if !memcheck || what != "Leak" {
+            if memcheck && !MEMCHECK_KINDS.contains(&what) {
+                return Err((kl, format!("unknown Memcheck suppression kind '{what}'")));
+            }
+            skip(&mut file.skipped, kind);
+            loop {
+                let (_, l) = it.next().ok_or_else(|| eof("in a suppression of another kind"))?;
+                if l == "}" {
+                    break;
+                }
+            }
+            continue;
+        }
+        let mut kinds = ALL_KINDS;
+        if let Some(&(ml, l)) = it.peek() {
+            if let Some(list) = l.strip_prefix("match-leak-kinds:") {
+                it.next();
+                kinds =
+                    leak_kinds(list.trim()).ok_or((ml, format!("bad match-leak-kinds '{}'", list.trim())))?;
+            }
+        }
+        let mut locs = Vec::new();
+        loop {
+            let (ln, l) = it.next().ok_or_else(|| eof("reading the stack"))?;
+            if l == "}" {
+                break;
+            }
+            if locs.len() >= NUM_CALLERS {
+                continue;
+            }
+            locs.push(Loc::parse(l).ok_or((
+                ln,
+                "a location is '...', or starts with 'fun:', 'obj:' or 'src:'".to_owned(),
+            ))?);
+        }
+        if locs.is_empty() {
+            return Err((name_line, "the suppression has no stack".into()));
+        }
+        if locs.iter().all(|l| matches!(l, Loc::Any)) {
+            return Err((
+                name_line,
+                "a suppression needs one location that is not '...'".into(),
+            ));
+        }
+        file.entries.push(Entry {
+            name: name.to_owned(),
+            line: name_line,
+            rule: Rule::Valgrind { kinds, locs },
+        });
+    }
+    Ok(())
+}
+
+/// memcheck's suppression kinds; only Leak applies to leaks.
+const MEMCHECK_KINDS: &[&str] = &[
+    "Value1",
+    "Value2",
+    "Value4",
+    "Value8",
+    "Value16",
+    "Value32",
+    "Cond",
+    "Addr1",
+    "Addr2",
+    "Addr4",
+    "Addr8",
+    "Addr16",
+    "Addr32",
+    "Jump",
+    "Param",
+    "Free",
+    "Overlap",
+    "Leak",
+    "FishyValue",
+    "ReallocZero",
+];
+
+const ALL_KINDS: u8 = 0b1111;
+
+fn kind_word(c: Class) -> &'static str {
+    match c {
+        Class::DefinitelyLost => "definite",
+        Class::IndirectlyLost => "indirect",
+        Class::PossiblyLost => "possible",
+        Class::StillReachable => "reachable",
+    }
+}
+
+/// `match-leak-kinds`'s comma-separated words, as a set of `Class::bit`s.
+fn leak_kinds(list: &str) -> Option<u8> {
+    let mut set = 0;
+    for w in list.split(',').map(str::trim) {
+        set |= match w {
+            "all" => ALL_KINDS,
+            "none" => 0,
+            _ => Class::ALL.iter().find(|&&c| kind_word(c) == w)?.bit(),
+        };
+    }
+    Some(set)
+}
+
+#[derive(Debug)]
+enum Loc {
+    Fun(Glob),
+    Obj(Glob),
+    Src(Glob, Option<u32>),
+    /// `...`
+    Any,
+}
+
+impl Loc {
+    fn parse(l: &str) -> Option<Loc> {
+        if l == "..." {
+            return Some(Loc::Any);
+        }
+        if let Some(g) = l.strip_prefix("fun:") {
+            return Some(Loc::Fun(Glob(g.to_owned())));
+        }
+        if let Some(g) = l.strip_prefix("obj:") {
+            return Some(Loc::Obj(Glob(g.to_owned())));
+        }
+        let src = l.strip_prefix("src:")?;
+        Some(match src.rsplit_once(':') {
+            Some((f, n)) if n.parse::<u32>().is_ok() => Loc::Src(Glob(f.to_owned()), n.parse().ok()),
+            _ => Loc::Src(Glob(src.to_owned()), None),
+        })
+    }
+}
+
+/// valgrind's globs: `*` any run of characters, `?` any one, `\` takes the next literally.
+#[derive(Debug)]
+struct Glob(String);
+
+impl Glob {
+    fn is_plain(&self) -> bool {
+        !self.0.contains(['*', '?', '\\'])
+    }
+
+    fn matches(&self, s: &str) -> bool {
+        glob(self.0.as_bytes(), s.as_bytes())
+    }
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    // Iterative, with one backtrack point for the last `*`: linear enough for names.
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        match p.get(pi) {
+            Some(b'*') => {
+                star = Some((pi + 1, si));
+                pi += 1;
+                continue;
+            }
+            Some(b'?') => {
+                pi += 1;
+                si += 1;
+                continue;
+            }
+            Some(b'\\') if p.get(pi + 1) == Some(&s[si]) => {
+                pi += 2;
+                si += 1;
+                continue;
+            }
+            Some(&c) if c != b'\\' && c == s[si] => {
+                pi += 1;
+                si += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match star {
+            Some((sp, ss)) => {
+                pi = sp;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// LeakSanitizer's pattern: literal pieces between `*`s, optionally anchored.
+#[derive(Debug)]
+struct Template {
+    start: bool,
+    end: bool,
+    pieces: Vec<String>,
+}
+
+impl Template {
+    fn new(t: &str) -> Template {
+        let (start, t) = match t.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, t),
+        };
+        let (end, t) = match t.strip_suffix('$') {
+            Some(rest) => (true, rest),
+            None => (false, t),
+        };
+        Template {
+            start,
+            end,
+            pieces: t.split('*').map(str::to_owned).collect(),
+        }
+    }
+
+    /// The longest literal piece, which any string it matches contains.
+    fn key(&self) -> Option<&str> {
+        self.pieces
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !p.is_empty())
+            .max_by_key(|p| p.len())
+    }
+
+    fn matches(&self, s: &str) -> bool {
+        if s.is_empty() {
+            return false;
+        }
+        let n = self.pieces.len();
+        let mut rest = s;
+        for (i, piece) in self.pieces.iter().enumerate() {
+            let first = i == 0;
+            let last = i == n - 1;
+            if first && self.start {
+                match rest.strip_prefix(piece.as_str()) {
+                    Some(r) => rest = r,
+                    None => return false,
+                }
+                if last && self.end && !rest.is_empty() {
+                    return false;
+                }
+                continue;
+            }
+            if last && self.end {
+                return rest.len() >= piece.len() && rest.ends_with(piece.as_str());
+            }
+            match rest.find(piece.as_str()) {
+                Some(at) => rest = &rest[at + piece.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Which suppression matched: the file's index and the entry's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Hit {
+    pub file: usize,
+    pub entry: usize,
+}
+
+/// How much one suppression took out of the report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Use {
+    /// Loss records (one class of one stack), as valgrind counts uses.
+    pub count: u64,
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
+/// The suppressions of every file that could be read, ready to match.
+pub struct Suppressions {
+    pub files: Vec<File>,
+    /// Every LSan template, in file order, and the automaton of their keys.
+    lsan: Vec<(Hit, usize)>,
+    automaton: Option<AhoCorasick>,
+    /// For each key of the automaton, the templates (indices into `lsan`) that have it.
+    by_key: Vec<Vec<usize>>,
+    /// Templates without a literal piece, which any string may match.
+    keyless: Vec<usize>,
+    /// Each string's first matching template, once worked out.
+    lsan_cache: HashMap<String, Option<usize>>,
+    /// valgrind suppressions in file order, by a plain function name they need, and those
+    /// that need none.
+    vg: Vec<Hit>,
+    vg_by_name: HashMap<String, Vec<usize>>,
+    vg_any: Vec<usize>,
+    uses: HashMap<Hit, Use>,
+}
+
+impl Suppressions {
+    /// The files at `paths`, and a problem for each that could not be read.
+    pub fn load(paths: &[String]) -> (Suppressions, Vec<Problem>) {
+        let mut files = Vec::new();
+        let mut problems = Vec::new();
+        for p in paths {
+            match read(p) {
+                Ok(f) => files.push(f),
+                Err(e) => problems.push(e),
+            }
+        }
+        (Suppressions::new(files), problems)
+    }
+
+    pub fn new(files: Vec<File>) -> Suppressions {
+        let mut s = Suppressions {
+            files,
+            lsan: Vec::new(),
+            automaton: None,
+            by_key: Vec::new(),
+            keyless: Vec::new(),
+            lsan_cache: HashMap::new(),
+            vg: Vec::new(),
+            vg_by_name: HashMap::new(),
+            vg_any: Vec::new(),
+            uses: HashMap::new(),
+        };
+        let mut keys: Vec<String> = Vec::new();
+        let mut key_index: HashMap<String, usize> = HashMap::new();
+        for (fi, f) in s.files.iter().enumerate() {
+            for (ei, e) in f.entries.iter().enumerate() {
+                let hit = Hit { file: fi, entry: ei };
+                match &e.rule {
+                    Rule::Lsan(t) => {
+                        let id = s.lsan.len();
+                        s.lsan.push((hit, id));
+                        match t.key() {
+                            Some(k) => {
+                                let ki = *key_index.entry(k.to_owned()).or_insert_with(|| {
+                                    keys.push(k.to_owned());
+                                    s.by_key.push(Vec::new());
+                                    keys.len() - 1
+                                });
+                                s.by_key[ki].push(id);
+                            }
+                            None => s.keyless.push(id),
+                        }
+                    }
+                    Rule::Valgrind { locs, .. } => {
+                        let id = s.vg.len();
+                        s.vg.push(hit);
+                        let need = locs.iter().find_map(|l| match l {
+                            Loc::Fun(g) if g.is_plain() && !is_alloc_name(&g.0) => Some(g.0.clone()),
+                            _ => None,
+                        });
+                        match need {
+                            Some(name) => s.vg_by_name.entry(name).or_default().push(id),
+                            None => s.vg_any.push(id),
+                        }
+                    }
+                }
+            }
+        }
+        if !keys.is_empty() {
+            s.automaton = AhoCorasick::new(&keys).ok();
+        }
+        s
+    }
+
+    /// Whether any suppression was read.
+    pub fn is_empty(&self) -> bool {
+        self.lsan.is_empty() && self.vg.is_empty()
+    }
+
+    pub fn entry(&self, hit: Hit) -> &Entry {
+        &self.files[hit.file].entries[hit.entry]
+    }
+
+    /// The first suppression, in file order, that matches a loss record of `class` with this
+    /// stack.
+    pub fn find(&mut self, stack: &Stack, class: Class) -> Option<Hit> {
+        let lsan = self.find_lsan(stack);
+        let vg = self.find_valgrind(stack, class);
+        match (lsan, vg) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Counts a use of `hit` for a loss record of `blocks` blocks and `bytes` bytes.
+    pub fn record(&mut self, hit: Hit, blocks: u64, bytes: u64) {
+        let u = self.uses.entry(hit).or_default();
+        u.count += 1;
+        u.blocks += blocks;
+        u.bytes += bytes;
+    }
+
+    /// Every suppression used, most used first, as valgrind lists them.
+    pub fn used(&self) -> Vec<(Hit, Use)> {
+        let mut v: Vec<(Hit, Use)> = self.uses.iter().map(|(&h, &u)| (h, u)).collect();
+        v.sort_by(|a, b| (b.1.count, a.0).cmp(&(a.1.count, b.0)));
+        v
+    }
+
+    /// valgrind's `-v` line for a used suppression, less its `--PID--` prefix.
+    pub fn used_line(&self, hit: Hit, u: Use) -> String {
+        let e = self.entry(hit);
+        format!(
+            "used_suppression: {:6} {} {}:{} suppressed: {} bytes in {} blocks",
+            u.count, e.name, self.files[hit.file].path, e.line, u.bytes, u.blocks
+        )
+    }
+
+    fn find_lsan(&mut self, stack: &Stack) -> Option<Hit> {
+        if self.lsan.is_empty() {
+            return None;
+        }
+        // LSan's order: frame by frame from the innermost, the module first, then each
+        // function of the frame (inlined ones first) and its file.
+        for names in alloc_frames(stack) {
+            if let Some(t) = stack
+                .alloc_object
+                .and_then(|o| self.lsan_string(&o.to_string_lossy()))
+            {
+                return Some(self.lsan[t].0);
+            }
+            for n in names {
+                if let Some(t) = self.lsan_string(allocfn::demangled(n)) {
+                    return Some(self.lsan[t].0);
+                }
+            }
+        }
+        for (i, f) in stack.frames.iter().enumerate() {
+            if i == 0 || stack.frames[i - 1].pc != f.pc {
+                if let Some(t) = f
+                    .object
+                    .as_deref()
+                    .and_then(|o| self.lsan_string(&o.to_string_lossy()))
+                {
+                    return Some(self.lsan[t].0);
+                }
+            }
+            let found = [f.function.as_deref(), f.file.as_deref()]
+                .into_iter()
+                .flatten()
+                .find_map(|s| self.lsan_string(s));
+            if let Some(t) = found {
+                return Some(self.lsan[t].0);
+            }
+        }
+        None
+    }
+
+    /// The first template (by index) that matches `s`.
+    fn lsan_string(&mut self, s: &str) -> Option<usize> {
+        if let Some(&r) = self.lsan_cache.get(s) {
+            return r;
+        }
+        let mut candidates: Vec<usize> = self.keyless.clone();
+        if let Some(ac) = &self.automaton {
+            for m in ac.find_overlapping_iter(s) {
+                candidates.extend_from_slice(&self.by_key[m.pattern().as_usize()]);
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let r = candidates.into_iter().find(|&t| {
+            let hit = self.lsan[t].0;
+            match &self.entry(hit).rule {
+                Rule::Lsan(tpl) => tpl.matches(s),
+                Rule::Valgrind { .. } => false,
+            }
+        });
+        self.lsan_cache.insert(s.to_owned(), r);
+        r
+    }
+
+    fn find_valgrind(&self, stack: &Stack, class: Class) -> Option<Hit> {
+        if self.vg.is_empty() {
+            return None;
+        }
+        let mut candidates = self.vg_any.clone();
+        for f in stack.frames {
+            if let Some(ids) = self.vg_by_name.get(f.valgrind_name()) {
+                candidates.extend_from_slice(ids);
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let input = Input::of(stack);
+        candidates
+            .into_iter()
+            .map(|id| self.vg[id])
+            .find(|&hit| match &self.entry(hit).rule {
+                Rule::Valgrind { kinds, locs } => kinds & class.bit() != 0 && input.matches(locs, 0),
+                Rule::Lsan(_) => false,
+            })
+    }
+}
+
+fn is_alloc_name(name: &str) -> bool {
+    allocfn::UNKNOWN.frames()[0].contains(&name)
+}
+
+fn alloc_frames(stack: &Stack) -> Vec<&'static [&'static str]> {
+    stack.alloc.frames()
+}
+
+/// One element of the sequence valgrind matches a suppression's locations against.
+enum Elem<'a> {
+    /// An allocation function's frame: any of these names.
+    Alloc(&'static [&'static str]),
+    Frame(&'a Frame),
+}
+
+struct Input<'a> {
+    elems: Vec<Elem<'a>>,
+    alloc_object: Option<String>,
+    truncated: bool,
+}
+
+impl<'a> Input<'a> {
+    fn of(stack: &'a Stack) -> Input<'a> {
+        let mut elems: Vec<Elem> = alloc_frames(stack).into_iter().map(Elem::Alloc).collect();
+        elems.extend(stack.frames.iter().map(Elem::Frame));
+        Input {
+            elems,
+            alloc_object: stack.alloc_object.map(|p| p.to_string_lossy().into_owned()),
+            truncated: stack.truncated,
+        }
+    }
+
+    /// valgrind's `generic_match` with a prefix match: every location consumed, frames may be
+    /// left; `...` takes any number of frames.
+    fn matches(&self, locs: &[Loc], at: usize) -> bool {
+        let Some((first, rest)) = locs.split_first() else {
+            return true;
+        };
+        if let Loc::Any = first {
+            return (at..=self.elems.len()).any(|k| self.matches(rest, k));
+        }
+        let Some(elem) = self.elems.get(at) else {
+            // Past the recorded frames: a cut stack may have had them.
+            return self.truncated;
+        };
+        self.loc_matches(first, elem) && self.matches(rest, at + 1)
+    }
+
+    fn loc_matches(&self, loc: &Loc, elem: &Elem) -> bool {
+        match (loc, elem) {
+            (Loc::Any, _) => true,
+            (Loc::Fun(g), Elem::Alloc(names)) => names.iter().any(|n| g.matches(n)),
+            (Loc::Obj(g), Elem::Alloc(_)) => {
+                g.matches(VALGRIND_PRELOAD) || self.alloc_object.as_deref().is_some_and(|o| g.matches(o))
+            }
+            (Loc::Src(..), Elem::Alloc(_)) => false,
+            (Loc::Fun(g), Elem::Frame(f)) => g.matches(f.valgrind_name()),
+            (Loc::Obj(g), Elem::Frame(f)) => match &f.object {
+                Some(o) => g.matches(&o.to_string_lossy()),
+                None => g.matches("???"),
+            },
+            (Loc::Src(g, line), Elem::Frame(f)) => match f.file_parts() {
+                Some((_, file)) => g.matches(file) && line.is_none_or(|l| f.line == Some(l)),
+                None => false,
+            },
+        }
+    }
+}
+
+/// A suppression that matches exactly one stack and class, as valgrind's `--gen-suppressions`
+/// writes it.
+pub struct Generated {
+    pub kind: &'static str,
+    /// `match-leak-kinds: definite`
+    pub aux: String,
+    /// `fun:malloc`, `obj:/usr/lib/libfoo.so`, ...
+    pub lines: Vec<String>,
+}
+
+/// valgrind's placeholder for the name a user gives a suppression.
+pub const PLACEHOLDER: &str = "insert_a_suppression_name_here";
+
+impl Generated {
+    pub fn new(stack: &Stack, class: Class) -> Generated {
+        let mut lines: Vec<String> = stack
+            .alloc
+            .patterns()
+            .iter()
+            .map(|p| format!("fun:{p}"))
+            .collect();
+        let frames = &stack.frames[..below_main_cut(stack.frames)];
+        for f in frames {
+            lines.push(match (&f.symbol, &f.object) {
+                (Some(_), _) => format!("fun:{}", f.valgrind_name()),
+                (None, Some(o)) => format!("obj:{}", o.to_string_lossy()),
+                (None, None) => "obj:*".to_owned(),
+            });
+        }
+        Generated {
+            kind: "Memcheck:Leak",
+            aux: format!("match-leak-kinds: {}", kind_word(class)),
+            lines,
+        }
+    }
+
+    /// The text to paste into a suppressions file.
+    pub fn text(&self) -> String {
+        let mut s = format!("{{\n   <{PLACEHOLDER}>\n   {}\n   {}\n", self.kind, self.aux);
+        for l in &self.lines {
+            s.push_str("   ");
+            s.push_str(l);
+            s.push('\n');
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+/// How many frames valgrind's stacks keep (`--show-below-main=no`): up to the outermost `main`,
+/// or without one up to the innermost frame below main; whole addresses, inlined frames and all.
+fn below_main_cut(frames: &[Frame]) -> usize {
+    let outer = |i: usize| !frames[i].inlined;
+    let mut n = frames.len();
+    for i in (0..frames.len()).rev() {
+        if !outer(i) {
+            continue;
+        }
+        let name = frames[i].valgrind_name();
+        if name == "main" || name == "(below main)" {
+            n = i + 1;
+        }
+        if name == "main" {
+            break;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    fn frame(sym: &str, demangled: &str, file: &str, obj: &str) -> Frame {
+        let mut f = Frame::bare(0x1000 + sym.len() as u64, Some(Rc::from(Path::new(obj))));
+        f.symbol = Some(sym.into());
+        f.function = Some(demangled.into());
+        f.file = Some(file.into());
+        f.line = Some(7);
+        f
+    }
+
+    fn stack(frames: &[Frame]) -> Stack<'_> {
+        Stack {
+            alloc: Alloc::of(Some("malloc")),
+            alloc_object: Some(Path::new("/opt/dmem/libdmem.so")),
+            frames,
+            truncated: false,
+        }
+    }
+
+    fn frames() -> Vec<Frame> {
+        vec![
+            frame(
+                "vendor_init",
+                "vendor_init",
+                "/src/vendor/init.c",
+                "/usr/lib/libvendor.so",
+            ),
+            frame(
+                "_ZN2ns4loadIiEEvv",
+                "void ns::load<int>()",
+                "/src/app/load.cpp",
+                "/opt/app/bin",
+            ),
+            frame("main", "main", "/src/app/main.cpp", "/opt/app/bin"),
+            frame(
+                "__libc_start_call_main",
+                "__libc_start_call_main",
+                "libc_start_call_main.h",
+                "/lib/libc.so.6",
+            ),
+        ]
+    }
+
+    fn find(text: &str, class: Class) -> Option<Hit> {
+        let f = parse("t.supp", text).unwrap();
+        let mut s = Suppressions::new(vec![f]);
+        let fr = frames();
+        s.find(&stack(&fr), class)
+    }
+
+    #[test]
+    fn lsan_templates_match_as_lsan() {
+        let t = Template::new("^foo*bar$");
+        assert!(t.matches("foo_x_bar") && !t.matches("xfoobar") && !t.matches("foobarx"));
+        assert!(Template::new("load").matches("void ns::load<int>()"));
+        assert!(Template::new("ns::load<*>$").matches("void ns::load<int>()") == false);
+        assert!(Template::new("ns::load<*>()$").matches("void ns::load<int>()"));
+        assert!(!Template::new("x").matches(""));
+        assert_eq!(
+            find("# c\nleak:vendor_init\n", Class::DefinitelyLost),
+            Some(Hit { file: 0, entry: 0 })
+        );
+        assert!(
+            find("leak:libvendor.so\n", Class::DefinitelyLost).is_some(),
+            "by module"
+        );
+        assert!(
+            find("leak:app/load.cpp\n", Class::StillReachable).is_some(),
+            "by file"
+        );
+        assert!(find("leak:^vendor$\n", Class::DefinitelyLost).is_none());
+        assert!(find("leak:nowhere\nleak:*init\n", Class::DefinitelyLost) == Some(Hit { file: 0, entry: 1 }));
+    }
+
+    #[test]
+    fn valgrind_blocks_match_from_the_allocation_function() {
+        let ok = "{\n n\n Memcheck:Leak\n match-leak-kinds: definite\n fun:malloc\n fun:vendor_init\n}\n";
+        assert!(find(ok, Class::DefinitelyLost).is_some());
+        assert!(find(ok, Class::PossiblyLost).is_none(), "kinds");
+        let no_alloc = "{\n n\n Memcheck:Leak\n fun:vendor_init\n}\n";
+        assert!(
+            find(no_alloc, Class::DefinitelyLost).is_none(),
+            "the first frame is malloc"
+        );
+        let dots = "{\n n\n Memcheck:Leak\n fun:*alloc\n ...\n fun:main\n}\n";
+        assert!(find(dots, Class::DefinitelyLost).is_some());
+        let mangled = "{\n n\n Memcheck:Leak\n ...\n fun:_ZN2ns4loadIiEEvv\n}\n";
+        assert!(find(mangled, Class::DefinitelyLost).is_some());
+        let demangled = "{\n n\n Memcheck:Leak\n ...\n fun:void ns::load<int>()\n}\n";
+        assert!(
+            find(demangled, Class::DefinitelyLost).is_none(),
+            "valgrind matches mangled names"
+        );
+        let obj = "{\n n\n Memcheck:Leak\n obj:*/vgpreload_memcheck-*.so\n obj:*/libvendor.so\n}\n";
+        assert!(find(obj, Class::IndirectlyLost).is_some());
+        let src = "{\n n\n Memcheck:Leak\n fun:malloc\n src:init.c:7\n}\n";
+        assert!(find(src, Class::IndirectlyLost).is_some());
+        let below = "{\n n\n Memcheck:Leak\n ...\n fun:main\n fun:(below main)\n}\n";
+        assert!(find(below, Class::IndirectlyLost).is_some());
+        let too_long = "{\n n\n Memcheck:Leak\n ...\n fun:(below main)\n fun:x\n}\n";
+        assert!(find(too_long, Class::IndirectlyLost).is_none());
+    }
+
+    #[test]
+    fn other_kinds_are_skipped_and_errors_name_their_line() {
+        let f = parse(
+            "a.supp",
+            "{\n c\n Memcheck:Cond\n fun:x\n}\n{\n h\n Helgrind:Race\n fun:y\n}\n",
+        )
+        .unwrap();
+        assert!(f.entries.is_empty());
+        assert_eq!(
+            f.skipped_note().unwrap(),
+            "suppressions file a.supp: skipped 2 suppressions of other kinds than Memcheck:Leak (Memcheck:Cond, Helgrind:Race)"
+        );
+        let e = parse("a.supp", "{\n n\n Memcheck:Leak\n bogus\n}\n").unwrap_err();
+        assert_eq!(e.line, 4);
+        assert!(
+            e.to_string()
+                .starts_with("suppressions file a.supp, line 4: a location is"),
+            "{e}"
+        );
+        let e = parse("b.supp", "leak:x\nnot a suppression\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.what.as_str()),
+            (2, "expected TYPE:PATTERN, as leak:PATTERN")
+        );
+        let f = parse("c.supp", "race:x\nleak:y\n").unwrap();
+        assert_eq!((f.format, f.entries.len()), (Format::LeakSanitizer, 1));
+        assert!(read("/nonexistent/x.supp")
+            .unwrap_err()
+            .to_string()
+            .ends_with("no such file"));
+    }
+
+    #[test]
+    fn generated_suppressions_stop_at_main() {
+        let fr = frames();
+        let g = Generated::new(&stack(&fr), Class::DefinitelyLost);
+        assert_eq!(
+            g.text(),
+            "{\n   <insert_a_suppression_name_here>\n   Memcheck:Leak\n   match-leak-kinds: definite\n   fun:malloc\n   fun:vendor_init\n   fun:_ZN2ns4loadIiEEvv\n   fun:main\n}\n"
+        );
+        // What dmem writes, dmem reads back as matching that stack alone.
+        assert!(find(&g.text(), Class::DefinitelyLost).is_some());
+        assert!(find(&g.text(), Class::IndirectlyLost).is_none());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob(b"*alloc", b"malloc") && glob(b"m?lloc", b"malloc") && !glob(b"m?lloc", b"mlloc"));
+        assert!(glob(b"a*b*c", b"aXbYbc") && !glob(b"a*b*c", b"aXbYb"));
+        assert!(glob(b"\\*x", b"*x") && !glob(b"\\*x", b"ax"));
+    }
+}

@@ -1,0 +1,232 @@
+//! The leak report as valgrind's XML output, protocol version 4 (valgrind's
+//! `docs/internals/xml-output-protocol4.txt`), the form that CI viewers read: ValgrindCI,
+//! Jenkins' Valgrind plugin, valgrind-codequality. Written the same way by the exit report
+//! (`report-format=xml`) and by `dmem leaks --format xml`, with memcheck's leak kinds, one
+//! `<error>` per listed loss record (one class of one stack), its suppression when asked for,
+//! and how often each suppression was used.
+
+use crate::analysis::allocfn::{self, Alloc};
+use crate::analysis::frame::Frame;
+use crate::analysis::reach::Class;
+use crate::analysis::suppressions::{Generated, Stack, PLACEHOLDER};
+use std::fmt::Write;
+
+/// What valgrind's preamble says of the run.
+pub struct Run<'a> {
+    pub pid: u32,
+    pub ppid: u32,
+    /// The program and its arguments.
+    pub argv: &'a [String],
+    /// The lines of the preamble: what wrote the report.
+    pub preamble: &'a [String],
+}
+
+/// One loss record.
+pub struct Record<'a> {
+    pub class: Class,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub stack: &'a Stack<'a>,
+    /// The allocation function's address here, when the call was read.
+    pub alloc_ip: u64,
+    pub suppression: Option<&'a Generated>,
+}
+
+/// memcheck's `<kind>` of a loss record.
+pub fn kind(c: Class) -> &'static str {
+    match c {
+        Class::DefinitelyLost => "Leak_DefinitelyLost",
+        Class::IndirectlyLost => "Leak_IndirectlyLost",
+        Class::PossiblyLost => "Leak_PossiblyLost",
+        Class::StillReachable => "Leak_StillReachable",
+    }
+}
+
+/// Text as XML character data: markup characters escaped, and the control characters XML 1.0
+/// cannot carry at all replaced.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole document: preamble, the loss records, and the suppressions' counts as
+/// (name, uses).
+pub fn document(run: &Run, records: &[Record], suppcounts: &[(String, u64)]) -> String {
+    let mut x = String::new();
+    x.push_str("<?xml version=\"1.0\"?>\n\n<valgrindoutput>\n\n");
+    x.push_str("<protocolversion>4</protocolversion>\n<protocoltool>memcheck</protocoltool>\n\n");
+    x.push_str("<preamble>\n");
+    for l in run.preamble {
+        let _ = writeln!(x, "  <line>{}</line>", escape(l));
+    }
+    x.push_str("</preamble>\n\n");
+    let _ = write!(
+        x,
+        "<pid>{}</pid>\n<ppid>{}</ppid>\n<tool>memcheck</tool>\n\n<args>\n  <vargv>\n    <exe>dmem</exe>\n  </vargv>\n  <argv>\n",
+        run.pid, run.ppid
+    );
+    if let Some((exe, args)) = run.argv.split_first() {
+        let _ = writeln!(x, "    <exe>{}</exe>", escape(exe));
+        for a in args {
+            let _ = writeln!(x, "    <arg>{}</arg>", escape(a));
+        }
+    }
+    x.push_str("  </argv>\n</args>\n\n");
+    for state in ["RUNNING", "FINISHED"] {
+        let _ = write!(
+            x,
+            "<status>\n  <state>{state}</state>\n  <time>00:00:00:00.000 </time>\n</status>\n\n"
+        );
+    }
+    for (i, r) in records.iter().enumerate() {
+        error(&mut x, i, records.len(), r);
+    }
+    x.push_str("<errorcounts>\n</errorcounts>\n\n<suppcounts>\n");
+    for (name, count) in suppcounts {
+        let _ = write!(
+            x,
+            "  <pair>\n    <count>{count}</count>\n    <name>{}</name>\n  </pair>\n",
+            escape(name)
+        );
+    }
+    x.push_str("</suppcounts>\n\n</valgrindoutput>\n\n");
+    x
+}
+
+fn error(x: &mut String, i: usize, n: usize, r: &Record) {
+    let _ = write!(
+        x,
+        "<error>\n  <unique>{:#x}</unique>\n  <tid>1</tid>\n  <kind>{}</kind>\n  <xwhat>\n    <text>{} bytes in {} blocks are {} in loss record {} of {n}</text>\n    <leakedbytes>{}</leakedbytes>\n    <leakedblocks>{}</leakedblocks>\n  </xwhat>\n  <stack>\n",
+        i,
+        kind(r.class),
+        r.bytes,
+        r.blocks,
+        r.class.name(),
+        i + 1,
+        r.bytes,
+        r.blocks
+    );
+    let alloc_obj = r.stack.alloc_object.map(|p| p.to_string_lossy().into_owned());
+    let alloc_names: Vec<Option<&str>> = match r.stack.alloc {
+        Alloc::Frames(names) => names.iter().map(|&n| Some(n)).collect(),
+        Alloc::OneOf { names, .. } if names.len() <= 2 => vec![Some(names[0])],
+        Alloc::OneOf { .. } => vec![None],
+    };
+    for name in alloc_names {
+        x.push_str("    <frame>\n");
+        let _ = writeln!(x, "      <ip>{:#X}</ip>", r.alloc_ip);
+        if let Some(o) = &alloc_obj {
+            let _ = writeln!(x, "      <obj>{}</obj>", escape(o));
+        }
+        if let Some(n) = name {
+            let _ = writeln!(x, "      <fn>{}</fn>", escape(allocfn::demangled(n)));
+        }
+        x.push_str("    </frame>\n");
+    }
+    for f in r.stack.frames {
+        frame(x, f);
+    }
+    x.push_str("  </stack>\n");
+    if let Some(g) = r.suppression {
+        let _ = write!(
+            x,
+            "  <suppression>\n    <sname>{PLACEHOLDER}</sname>\n    <skind>{}</skind>\n    <skaux>{}</skaux>\n",
+            g.kind,
+            escape(&g.aux)
+        );
+        for l in &g.lines {
+            let (tag, v) = l.split_once(':').unwrap_or(("obj", "*"));
+            let _ = writeln!(x, "    <sframe> <{tag}>{}</{tag}> </sframe>", escape(v));
+        }
+        // CDATA cannot hold "]]>": split it between two sections, as the protocol says.
+        let raw = g.text().replace("]]>", "]]]]><![CDATA[>");
+        let _ = write!(
+            x,
+            "    <rawtext>\n<![CDATA[\n{raw}]]>\n    </rawtext>\n  </suppression>\n"
+        );
+    }
+    x.push_str("</error>\n\n");
+}
+
+fn frame(x: &mut String, f: &Frame) {
+    x.push_str("    <frame>\n");
+    let _ = writeln!(x, "      <ip>{:#X}</ip>", f.pc);
+    if let Some(o) = &f.object {
+        let _ = writeln!(x, "      <obj>{}</obj>", escape(&o.to_string_lossy()));
+    }
+    if let Some(name) = &f.function {
+        let _ = writeln!(x, "      <fn>{}</fn>", escape(name));
+    }
+    if let Some((dir, file)) = f.file_parts() {
+        if let Some(d) = dir {
+            let _ = writeln!(x, "      <dir>{}</dir>", escape(d));
+        }
+        let _ = writeln!(x, "      <file>{}</file>", escape(file));
+        if let Some(l) = f.line {
+            let _ = writeln!(x, "      <line>{l}</line>");
+        }
+    }
+    x.push_str("    </frame>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::rc::Rc;
+
+    #[test]
+    fn cpp_names_are_escaped_and_cdata_kept_whole() {
+        assert_eq!(escape("std::map<int, A&>\u{1}"), "std::map&lt;int, A&amp;&gt;?");
+        let mut f = Frame::bare(0x1234, Some(Rc::from(Path::new("/a/b&c"))));
+        f.function = Some("void f<int>(A&)".into());
+        f.symbol = Some("_Z1fIiEvR1A".into());
+        f.file = Some("/src/x.cpp".into());
+        f.line = Some(3);
+        let frames = [f];
+        let stack = Stack {
+            alloc: Alloc::of(Some("_Znwm")),
+            alloc_object: Some(Path::new("/lib/libdmem.so")),
+            frames: &frames,
+            truncated: false,
+        };
+        let g = Generated::new(&stack, Class::DefinitelyLost);
+        let r = Record {
+            class: Class::DefinitelyLost,
+            bytes: 16,
+            blocks: 2,
+            stack: &stack,
+            alloc_ip: 0x77,
+            suppression: Some(&g),
+        };
+        let run = Run {
+            pid: 5,
+            ppid: 1,
+            argv: &["./a".into(), "x<y".into()],
+            preamble: &["dmem".into()],
+        };
+        let doc = document(&run, &[r], &[("mine".into(), 3)]);
+        assert!(doc.contains("<fn>void f&lt;int&gt;(A&amp;)</fn>"), "{doc}");
+        assert!(doc.contains("<fn>operator new(unsigned long)</fn>"), "{doc}");
+        assert!(doc.contains("<obj>/a/b&amp;c</obj>") && doc.contains("<arg>x&lt;y</arg>"));
+        assert!(doc.contains("<dir>/src</dir>\n      <file>x.cpp</file>\n      <line>3</line>"));
+        assert!(doc
+            .contains("<sframe> <fun>_Znwm</fun> </sframe>\n    <sframe> <fun>_Z1fIiEvR1A</fun> </sframe>"));
+        assert!(
+            doc.contains("<kind>Leak_DefinitelyLost</kind>") && doc.contains("<leakedbytes>16</leakedbytes>")
+        );
+        assert!(doc.contains("<pair>\n    <count>3</count>\n    <name>mine</name>"));
+    }
+}

@@ -1,0 +1,178 @@
+//! Return addresses of this process as the shared frame record (`analysis::frame`): names,
+//! files and lines from the symbol tables and debug info through the `backtrace` crate, inlined
+//! functions expanded, the object from the loader; and the allocation function a stack's first
+//! frame called (`analysis::allocfn`). It allocates (on libdmem's own heap), so it runs only at
+//! exit or on the way to an abort, with the reentrancy guard held and never from inside the
+//! loader; it asks `dladdr`, which takes the loader's lock, only until the exit report has taken
+//! the table of loaded objects (`diag::name_without_the_loader`).
+
+#[cfg(not(test))]
+use crate::analysis::allocfn::{Alloc, Callees};
+use crate::analysis::frame::{inlined_symbol, Frame};
+use std::path::Path;
+use std::rc::Rc;
+
+/// What the loader says of an address: its object's path and load address, and the nearest
+/// dynamic symbol below it with that symbol's address.
+struct Loaded {
+    path: Option<Rc<Path>>,
+    base: u64,
+    symbol: Option<(String, u64)>,
+}
+
+fn loaded(at: usize) -> Option<Loaded> {
+    // The loader names the program by how it was started (or not at all): its path is what
+    // the kernel says it runs.
+    let path_of = |named: Option<String>| match named {
+        Some(p) if p.starts_with('/') => Some(p),
+        _ => std::fs::read_link("/proc/self/exe")
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned()),
+    };
+    // Once the exit report took the table of loaded objects, the loader is not asked: a thread
+    // it stopped may hold the loader's lock.
+    if let Some((path, header)) = crate::diag::object_at(at) {
+        let named = (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned());
+        return Some(Loaded {
+            path: path_of(named).map(|p| Rc::from(Path::new(&p))),
+            base: header as u64,
+            symbol: None,
+        });
+    }
+    let mut info = libc::Dl_info {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the loader's
+    // tables, which stay valid while the object is loaded.
+    if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0 {
+        return None;
+    }
+    let text = |p: *const libc::c_char| {
+        // SAFETY: a NUL-terminated string from the loader (see above), or null.
+        (!p.is_null()).then(|| {
+            unsafe { core::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    Some(Loaded {
+        path: path_of(text(info.dli_fname)).map(|p| Rc::from(Path::new(&p))),
+        base: info.dli_fbase as u64,
+        symbol: text(info.dli_sname).map(|s| (s, info.dli_saddr as u64)),
+    })
+}
+
+/// The frames of return address `pc`: the inlined functions innermost first, then the function
+/// they were inlined into.
+pub fn frames(pc: usize) -> Vec<Frame> {
+    // A return address points after the call; the call itself is one byte earlier.
+    let at = pc.wrapping_sub(1);
+    let obj = loaded(at);
+    let object = obj.as_ref().and_then(|o| o.path.clone());
+    let mut out: Vec<Frame> = Vec::new();
+    backtrace::resolve(at as *mut libc::c_void, |sym| {
+        let mut f = Frame::bare(pc as u64, object.clone());
+        if let Some(name) = sym.name() {
+            f.function = Some(format!("{name:#}"));
+            f.symbol = Some(String::from_utf8_lossy(name.as_bytes()).into_owned());
+        }
+        f.file = sym.filename().map(|p| p.to_string_lossy().into_owned());
+        f.line = sym.lineno();
+        f.inlined = true;
+        out.push(f);
+    });
+    out.retain(|f| f.function.is_some());
+    let n = out.len();
+    for f in out.iter_mut().take(n.saturating_sub(1)) {
+        f.symbol = f.symbol.as_deref().map(inlined_symbol);
+    }
+    match out.last_mut() {
+        Some(last) => last.inlined = false,
+        None => {
+            let mut f = Frame::bare(pc as u64, object);
+            if let Some((name, addr)) = obj.and_then(|o| o.symbol) {
+                f.offset = Some(pc as u64 - addr);
+                f.function = Some(name.clone());
+                f.symbol = Some(name);
+            }
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Reads this process's memory without faulting on what is not mapped.
+#[cfg(not(test))]
+fn read_own(addr: u64, buf: &mut [u8]) -> bool {
+    let start = addr as usize & !7;
+    let end = (addr as usize + buf.len() + 7) & !7;
+    let mut words: Vec<usize> = Vec::with_capacity((end - start) / 8);
+    crate::leak::stopworld::read_words_checked(start, end, &mut |ws| words.extend_from_slice(ws));
+    if words.len() * 8 != end - start {
+        return false;
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let skip = addr as usize - start;
+    buf.copy_from_slice(&bytes[skip..skip + buf.len()]);
+    true
+}
+
+/// The allocation function the call returning to `first` (a stack's first frame) reached, and
+/// that function's address when it was read.
+#[cfg(not(test))]
+pub fn alloc_of(callees: &mut Callees, first: usize) -> (Alloc, u64) {
+    let Some(obj) = loaded(first.wrapping_sub(1)) else {
+        return (Alloc::of(None), 0);
+    };
+    match callees.called(&mut read_own, first as u64, obj.base) {
+        Some((name, at)) => (Alloc::of(Some(name)), at),
+        None => (Alloc::of(None), 0),
+    }
+}
+
+/// libdmem's own path, where its allocation functions are.
+pub fn own_object() -> Option<Rc<Path>> {
+    loaded(own_object as *const () as usize).and_then(|o| o.path)
+}
+
+/// Each return address symbolised once, and each stack's allocation function read once, for
+/// the exit report.
+#[cfg(not(test))]
+pub struct Symbols {
+    pcs: std::collections::HashMap<usize, Rc<[Frame]>>,
+    callees: Callees,
+    /// libdmem's path, where the allocation functions are.
+    pub own: Option<Rc<Path>>,
+}
+
+#[cfg(not(test))]
+impl Symbols {
+    pub fn new() -> Symbols {
+        Symbols {
+            pcs: Default::default(),
+            callees: Callees::default(),
+            own: own_object(),
+        }
+    }
+
+    /// The frames of one return address.
+    pub fn of(&mut self, pc: usize) -> Rc<[Frame]> {
+        self.pcs.entry(pc).or_insert_with(|| frames(pc).into()).clone()
+    }
+
+    /// A recorded stack (zeros past its end) symbolised, inlined frames expanded; the
+    /// allocation function its first frame called and that function's address; and whether
+    /// the stack filled every slot.
+    pub fn stack(&mut self, pcs: &[usize]) -> (Vec<Frame>, Alloc, u64, bool) {
+        let used: Vec<usize> = pcs.iter().copied().take_while(|&pc| pc != 0).collect();
+        let frames = used.iter().flat_map(|&pc| self.of(pc).to_vec()).collect();
+        let (alloc, ip) = match used.first() {
+            Some(&first) => alloc_of(&mut self.callees, first),
+            None => (Alloc::of(None), 0),
+        };
+        (frames, alloc, ip, used.len() == pcs.len())
+    }
+}
