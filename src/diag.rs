@@ -150,7 +150,7 @@ pub fn object_at(at: usize) -> Option<(&'static [u8], usize)> {
 /// from inside the loader. Once `name_without_the_loader` has run it takes no lock of the
 /// loader's (the exit report's case); before, it asks `dladdr`.
 pub fn describe_pc(out: &mut Out, pc: usize) {
-    let frames = crate::frames::frames(pc);
+    let frames = crate::frames::frames(pc, &mut Default::default());
     describe_frame(out, &frames[0]);
 }
 

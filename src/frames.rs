@@ -20,57 +20,65 @@ struct Loaded {
     symbol: Option<(String, u64)>,
 }
 
-fn loaded(at: usize) -> Option<Loaded> {
+/// Each loaded object's path by its load address: the loader's name for it made canonical, as
+/// the kernel's list of mappings (and valgrind) name it: the loader knows libraries by the
+/// path it found them at (`/lib/x86_64-linux-gnu/libc.so.6` through a symbolic link) and
+/// itself by the program's interpreter (`/lib64/ld-linux-x86-64.so.2`).
+pub type Objects = std::collections::HashMap<u64, Option<Rc<Path>>>;
+
+fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
+    let (named, base, symbol) = match crate::diag::object_at(at) {
+        // Once the exit report took the table of loaded objects, the loader is not asked: a
+        // thread it stopped may hold the loader's lock.
+        Some((path, header)) => {
+            let named = (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned());
+            (named, header as u64, None)
+        }
+        None => {
+            let mut info = libc::Dl_info {
+                dli_fname: core::ptr::null(),
+                dli_fbase: core::ptr::null_mut(),
+                dli_sname: core::ptr::null(),
+                dli_saddr: core::ptr::null_mut(),
+            };
+            // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the
+            // loader's tables, which stay valid while the object is loaded.
+            if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0 {
+                return None;
+            }
+            let text = |p: *const libc::c_char| {
+                // SAFETY: a NUL-terminated string from the loader (see above), or null.
+                (!p.is_null()).then(|| {
+                    unsafe { core::ffi::CStr::from_ptr(p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            };
+            let symbol = text(info.dli_sname).map(|s| (s, info.dli_saddr as u64));
+            (text(info.dli_fname), info.dli_fbase as u64, symbol)
+        }
+    };
     // The loader names the program by how it was started (or not at all): its path is what
     // the kernel says it runs.
-    let path_of = |named: Option<String>| match named {
-        Some(p) if p.starts_with('/') => Some(p),
-        _ => std::fs::read_link("/proc/self/exe")
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned()),
-    };
-    // Once the exit report took the table of loaded objects, the loader is not asked: a thread
-    // it stopped may hold the loader's lock.
-    if let Some((path, header)) = crate::diag::object_at(at) {
-        let named = (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned());
-        return Some(Loaded {
-            path: path_of(named).map(|p| Rc::from(Path::new(&p))),
-            base: header as u64,
-            symbol: None,
-        });
-    }
-    let mut info = libc::Dl_info {
-        dli_fname: core::ptr::null(),
-        dli_fbase: core::ptr::null_mut(),
-        dli_sname: core::ptr::null(),
-        dli_saddr: core::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the loader's
-    // tables, which stay valid while the object is loaded.
-    if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0 {
-        return None;
-    }
-    let text = |p: *const libc::c_char| {
-        // SAFETY: a NUL-terminated string from the loader (see above), or null.
-        (!p.is_null()).then(|| {
-            unsafe { core::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
+    let path = objects
+        .entry(base)
+        .or_insert_with(|| {
+            let named = match named {
+                Some(p) if p.starts_with('/') => std::path::PathBuf::from(p),
+                _ => std::fs::read_link("/proc/self/exe").ok()?,
+            };
+            Some(Rc::from(std::fs::canonicalize(&named).unwrap_or(named).as_path()))
         })
-    };
-    Some(Loaded {
-        path: path_of(text(info.dli_fname)).map(|p| Rc::from(Path::new(&p))),
-        base: info.dli_fbase as u64,
-        symbol: text(info.dli_sname).map(|s| (s, info.dli_saddr as u64)),
-    })
+        .clone();
+    Some(Loaded { path, base, symbol })
 }
 
 /// The frames of return address `pc`: the inlined functions innermost first, then the function
 /// they were inlined into.
-pub fn frames(pc: usize) -> Vec<Frame> {
+pub fn frames(pc: usize, objects: &mut Objects) -> Vec<Frame> {
     // A return address points after the call; the call itself is one byte earlier.
     let at = pc.wrapping_sub(1);
-    let obj = loaded(at);
+    let obj = loaded(at, objects);
     let object = obj.as_ref().and_then(|o| o.path.clone());
     let mut out: Vec<Frame> = Vec::new();
     backtrace::resolve(at as *mut libc::c_void, |sym| {
@@ -123,8 +131,8 @@ fn read_own(addr: u64, buf: &mut [u8]) -> bool {
 /// The allocation function the call returning to `first` (a stack's first frame) reached, and
 /// that function's address when it was read.
 #[cfg(not(test))]
-pub fn alloc_of(callees: &mut Callees, first: usize) -> (Alloc, u64) {
-    let Some(obj) = loaded(first.wrapping_sub(1)) else {
+pub fn alloc_of(callees: &mut Callees, objects: &mut Objects, first: usize) -> (Alloc, u64) {
+    let Some(obj) = loaded(first.wrapping_sub(1), objects) else {
         return (Alloc::of(None), 0);
     };
     match callees.called(&mut read_own, first as u64, obj.base) {
@@ -134,8 +142,8 @@ pub fn alloc_of(callees: &mut Callees, first: usize) -> (Alloc, u64) {
 }
 
 /// libdmem's own path, where its allocation functions are.
-pub fn own_object() -> Option<Rc<Path>> {
-    loaded(own_object as *const () as usize).and_then(|o| o.path)
+pub fn own_object(objects: &mut Objects) -> Option<Rc<Path>> {
+    loaded(own_object as *const () as usize, objects).and_then(|o| o.path)
 }
 
 /// Each return address symbolised once, and each stack's allocation function read once, for
@@ -143,6 +151,7 @@ pub fn own_object() -> Option<Rc<Path>> {
 #[cfg(not(test))]
 pub struct Symbols {
     pcs: std::collections::HashMap<usize, Rc<[Frame]>>,
+    objects: Objects,
     callees: Callees,
     /// libdmem's path, where the allocation functions are.
     pub own: Option<Rc<Path>>,
@@ -151,16 +160,23 @@ pub struct Symbols {
 #[cfg(not(test))]
 impl Symbols {
     pub fn new() -> Symbols {
+        let mut objects = Objects::new();
+        let own = own_object(&mut objects);
         Symbols {
             pcs: Default::default(),
+            objects,
             callees: Callees::default(),
-            own: own_object(),
+            own,
         }
     }
 
     /// The frames of one return address.
     pub fn of(&mut self, pc: usize) -> Rc<[Frame]> {
-        self.pcs.entry(pc).or_insert_with(|| frames(pc).into()).clone()
+        let objects = &mut self.objects;
+        self.pcs
+            .entry(pc)
+            .or_insert_with(|| frames(pc, objects).into())
+            .clone()
     }
 
     /// A recorded stack (zeros past its end) symbolised, inlined frames expanded; the
@@ -170,7 +186,7 @@ impl Symbols {
         let used: Vec<usize> = pcs.iter().copied().take_while(|&pc| pc != 0).collect();
         let frames = used.iter().flat_map(|&pc| self.of(pc).to_vec()).collect();
         let (alloc, ip) = match used.first() {
-            Some(&first) => alloc_of(&mut self.callees, first),
+            Some(&first) => alloc_of(&mut self.callees, &mut self.objects, first),
             None => (Alloc::of(None), 0),
         };
         (frames, alloc, ip, used.len() == pcs.len())

@@ -817,7 +817,7 @@ impl Generated {
 
 /// How many frames valgrind's stacks keep (`--show-below-main=no`): up to the outermost `main`,
 /// or without one up to the innermost frame below main; whole addresses, inlined frames and all.
-fn below_main_cut(frames: &[Frame]) -> usize {
+pub fn below_main_cut(frames: &[Frame]) -> usize {
     let outer = |i: usize| !frames[i].inlined;
     let mut n = frames.len();
     for i in (0..frames.len()).rev() {

@@ -8,7 +8,7 @@
 use crate::analysis::allocfn::{self, Alloc};
 use crate::analysis::frame::Frame;
 use crate::analysis::reach::Class;
-use crate::analysis::suppressions::{Generated, Stack, PLACEHOLDER};
+use crate::analysis::suppressions::{below_main_cut, Generated, Stack, PLACEHOLDER};
 use std::fmt::Write;
 
 /// What valgrind's preamble says of the run.
@@ -135,7 +135,8 @@ fn error(x: &mut String, i: usize, n: usize, r: &Record) {
         }
         x.push_str("    </frame>\n");
     }
-    for f in r.stack.frames {
+    // As valgrind's stacks, down to main.
+    for f in &r.stack.frames[..below_main_cut(r.stack.frames)] {
         frame(x, f);
     }
     x.push_str("  </stack>\n");
