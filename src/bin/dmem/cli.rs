@@ -294,6 +294,17 @@ pub struct LeaksArgs {
     /// all (default definite,indirect,possible; the total line gives all four)
     #[arg(long, value_name = "LIST", value_parser = parse_show)]
     pub show: Option<Classes>,
+    /// Leave out the blocks a suppression in FILE matches: LeakSanitizer's leak:PATTERN lines
+    /// or valgrind's Memcheck:Leak blocks; may be given more than once. The total counts them
+    /// as suppressed
+    #[arg(long = "suppressions", value_name = "FILE")]
+    pub suppressions: Vec<String>,
+    /// After each stack, print a valgrind suppression that matches it (with its class)
+    #[arg(long)]
+    pub gen_suppressions: bool,
+    /// text, json (as --json) or xml: valgrind's XML (protocol 4), for CI viewers
+    #[arg(long, value_name = "text|json|xml", value_parser = ["text", "json", "xml"])]
+    pub format: Option<String>,
     #[command(flatten)]
     pub filters: Filters,
 }

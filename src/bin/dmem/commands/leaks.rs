@@ -2,7 +2,11 @@
 //! as text or JSON (the shapes the gdb commands print). Classes are valgrind's: definitely,
 //! indirectly and possibly lost, and still reachable.
 
+use crate::analysis::allocfn::{Alloc, Callees};
+use crate::analysis::frame::Frame;
 use crate::analysis::reach::{Class, Heuristic};
+use crate::analysis::suppressions::{Generated, Problem, Stack, Suppressions};
+use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
 use crate::commands::heap::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
@@ -16,7 +20,20 @@ use crate::model::roots::{Kind, Loaded, Roots};
 use crate::model::text::{dump, hex, plural};
 use crate::{usage, Result};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::rc::Rc;
+
+/// A suppression used, in `--json`.
+#[derive(Serialize)]
+struct UsedJson {
+    name: String,
+    file: String,
+    line: usize,
+    count: u64,
+    blocks: u64,
+    bytes: u64,
+}
 
 /// What `dmem leaks` lists unless --show says otherwise, as valgrind's --show-leak-kinds.
 const DEFAULT_SHOW: [Class; 3] = [Class::DefinitelyLost, Class::IndirectlyLost, Class::PossiblyLost];
@@ -129,11 +146,134 @@ fn counts(v: [(u64, u64); 4]) -> BTreeMap<String, Count> {
         .collect()
 }
 
+/// A recorded stack as suppressions see it, owned.
+struct Owned {
+    frames: Vec<Frame>,
+    alloc: Alloc,
+    ip: u64,
+    object: Option<Rc<Path>>,
+    truncated: bool,
+}
+
+impl Owned {
+    fn stack(&self) -> Stack<'_> {
+        Stack {
+            alloc: self.alloc,
+            alloc_object: self.object.as_deref(),
+            frames: &self.frames,
+            truncated: self.truncated,
+        }
+    }
+}
+
+/// The suppressions of `--suppressions`, and each recorded stack made ready for them once.
+struct Gate {
+    sup: Suppressions,
+    problems: Vec<Problem>,
+    callees: Callees,
+    stacks: HashMap<u32, Rc<Owned>>,
+}
+
+impl Gate {
+    fn new(paths: &[String]) -> Gate {
+        let (sup, problems) = Suppressions::load(paths);
+        Gate {
+            sup,
+            problems,
+            callees: Callees::default(),
+            stacks: HashMap::new(),
+        }
+    }
+
+    /// A stack symbolised, with the allocation function its first frame called (read from the
+    /// image's code and GOT) and the object that function is in.
+    fn stack(&mut self, ins: &mut Inspect, id: u32) -> Rc<Owned> {
+        if let Some(o) = self.stacks.get(&id) {
+            return o.clone();
+        }
+        let pcs = ins.heap.stacks[id as usize].to_vec();
+        let frames = ins.namer.frames(&pcs);
+        let maps = &ins.image.maps;
+        let base = pcs.first().and_then(|&pc| {
+            let path = maps.find(pc)?.path.clone()?;
+            let start = maps.of_file(&path).find(|m| m.offset == 0).map(|m| m.start);
+            start
+        });
+        let mem = &ins.image.mem;
+        let mut read = |addr: u64, buf: &mut [u8]| mem.read(addr, buf).is_ok();
+        let (alloc, ip) = match (pcs.first(), base) {
+            (Some(&first), Some(base)) => match self.callees.called(&mut read, first, base) {
+                Some((name, ip)) => (Alloc::of(Some(name)), ip),
+                None => (Alloc::of(None), 0),
+            },
+            _ => (Alloc::of(None), 0),
+        };
+        let object = maps
+            .find(ip)
+            .filter(|_| ip != 0)
+            .and_then(|m| m.path.as_deref())
+            .map(Rc::from);
+        let owned = Rc::new(Owned {
+            frames,
+            alloc,
+            ip,
+            object,
+            truncated: pcs.len() as u64 >= ins.image.layout.nframes,
+        });
+        self.stacks.insert(id, owned.clone());
+        owned
+    }
+
+    /// The lines saying which files were left out and what was skipped.
+    fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .problems
+            .iter()
+            .map(|p| format!("warning: this run had no suppressions from {p}"))
+            .collect();
+        out.extend(
+            self.sup
+                .files
+                .iter()
+                .filter_map(|f| f.skipped_note())
+                .map(|n| format!("note: {n}")),
+        );
+        out
+    }
+}
+
 pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
     let mut scan = Scan::open(&args.image)?;
     let f = &args.filters;
+    let json = f.json || args.format.as_deref() == Some("json");
+    let xml = args.format.as_deref() == Some("xml");
     let shown: Vec<Class> = args.show.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
-    let every = select(&mut scan.ins, f, None)?;
+    let mut every = select(&mut scan.ins, f, None)?;
+    let mut gate = Gate::new(&args.suppressions);
+    // Suppressions take whole loss records (one class of one stack) out of every class, listed
+    // or not, as valgrind's do.
+    let mut suppressed = (0u64, 0u64);
+    if !gate.sup.is_empty() {
+        let mut records: BTreeMap<(u32, Class), (u64, u64)> = BTreeMap::new();
+        for &i in &every {
+            let b = &scan.ins.heap.blocks[i];
+            let r = records.entry((b.stack, scan.c.class[i])).or_default();
+            r.0 += 1;
+            r.1 += b.size;
+        }
+        let mut gone = std::collections::HashSet::new();
+        for ((stack, class), (n, bytes)) in records {
+            let owned = gate.stack(&mut scan.ins, stack);
+            if let Some(hit) = gate.sup.find(&owned.stack(), class) {
+                gate.sup.record(hit, n, bytes);
+                gone.insert((stack, class));
+                suppressed.0 += n;
+                suppressed.1 += bytes;
+            }
+        }
+        every.retain(|&i| !gone.contains(&(scan.ins.heap.blocks[i].stack, scan.c.class[i])));
+    }
+    let gating = !args.suppressions.is_empty();
     let totals = by_class(&scan, &every);
     let sel: Vec<usize> = every
         .iter()
@@ -154,7 +294,86 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
         })
         .collect();
     let via = via_heuristic(&scan, &every);
-    if f.json {
+    // Each listed stack's suppressions, one per class it has, when asked for.
+    let mut generated: Vec<Vec<(Class, Generated)>> = Vec::new();
+    if args.gen_suppressions || xml {
+        for (k, g) in listed.iter().enumerate() {
+            let owned = gate.stack(&mut scan.ins, g.stack);
+            generated.push(
+                Class::ALL
+                    .iter()
+                    .zip(per[k])
+                    .filter(|(_, (n, _))| *n > 0)
+                    .map(|(&c, _)| (c, Generated::new(&owned.stack(), c)))
+                    .collect(),
+            );
+        }
+    }
+    let used: Vec<UsedJson> = gate
+        .sup
+        .used()
+        .into_iter()
+        .map(|(hit, u)| {
+            let e = gate.sup.entry(hit);
+            UsedJson {
+                name: e.name.clone(),
+                file: gate.sup.files[hit.file].path.clone(),
+                line: e.line,
+                count: u.count,
+                blocks: u.blocks,
+                bytes: u.bytes,
+            }
+        })
+        .collect();
+    if xml {
+        let mut owned = Vec::new();
+        let mut recs: Vec<(Class, u64, u64, usize)> = Vec::new();
+        for (k, g) in listed.iter().enumerate() {
+            owned.push(gate.stack(&mut scan.ins, g.stack));
+            for (&c, (n, bytes)) in Class::ALL.iter().zip(per[k]) {
+                if n > 0 {
+                    recs.push((c, bytes, n, k));
+                }
+            }
+        }
+        let stacks: Vec<Stack> = owned.iter().map(|o| o.stack()).collect();
+        let records: Vec<Record> = recs
+            .iter()
+            .map(|&(class, bytes, blocks, k)| Record {
+                class,
+                bytes,
+                blocks,
+                stack: &stacks[k],
+                alloc_ip: owned[k].ip,
+                suppression: args
+                    .gen_suppressions
+                    .then(|| generated[k].iter().find(|(c, _)| *c == class).map(|(_, g)| g))
+                    .flatten(),
+            })
+            .collect();
+        let mut preamble = vec![format!(
+            "dmem leaks of {}, in memcheck's format",
+            scan.ins.image.name
+        )];
+        preamble.extend(gate.warnings());
+        preamble.extend(scan.warnings(true));
+        let argv: Vec<String> = scan
+            .ins
+            .image
+            .exe
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let run = Run {
+            pid: scan.ins.image.pid.unwrap_or(0) as u32,
+            ppid: 0,
+            argv: &argv,
+            preamble: &preamble,
+        };
+        let counts: Vec<(String, u64)> = used.iter().map(|u| (u.name.clone(), u.count)).collect();
+        return Ok(document(&run, &records, &counts));
+    }
+    if json {
         #[derive(Serialize)]
         struct Row {
             rank: usize,
@@ -164,6 +383,9 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             #[serde(flatten)]
             classes: BTreeMap<String, Count>,
             stack: Vec<JsonFrame>,
+            /// With --gen-suppressions: valgrind's suppression of each class of the stack.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            suppressions: Vec<String>,
         }
         #[derive(Serialize)]
         struct Excluded {
@@ -188,6 +410,9 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             classes: BTreeMap<String, Count>,
             /// Of the still-reachable blocks, those a heuristic reached, by heuristic.
             reachable_via_heuristic: BTreeMap<&'static str, Count>,
+            /// Blocks the suppressions took out of every class above, and each suppression used.
+            suppressed: Count,
+            suppressions_used: Vec<UsedJson>,
             total: StacksTotal,
             stacks: Vec<Row>,
             roots: RootsJson,
@@ -205,6 +430,11 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                 example: hex(g.example),
                 classes: counts(per[k]),
                 stack: stack_json(&mut scan.ins, g.stack),
+                suppressions: generated
+                    .get(k)
+                    .filter(|_| args.gen_suppressions)
+                    .map(|v| v.iter().map(|(_, g)| g.text()).collect())
+                    .unwrap_or_default(),
             })
             .collect();
         let ranges: Vec<_> = scan
@@ -243,15 +473,21 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                 .iter()
                 .map(|&(h, blocks, bytes)| (h.name(), Count { blocks, bytes }))
                 .collect(),
+            suppressed: Count {
+                blocks: suppressed.0,
+                bytes: suppressed.1,
+            },
+            suppressions_used: used,
             total: StacksTotal::of(&groups),
             stacks,
             roots,
             notes: scan.roots.notes.clone(),
-            warnings: Vec::new(),
+            warnings: gate.warnings(),
             problems: problems_json(&scan.ins.heap.problems()),
         }));
     }
-    let mut out = scan.warnings(true);
+    let mut out = gate.warnings();
+    out.extend(scan.warnings(true));
     for (k, g) in listed.iter().enumerate() {
         let parts: Vec<String> = Class::ALL
             .iter()
@@ -268,6 +504,11 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             hex(g.example)
         ));
         out.extend(stack_lines(&mut scan.ins, g.stack, "    "));
+        if args.gen_suppressions {
+            for (_, g) in &generated[k] {
+                out.extend(g.text().lines().map(str::to_owned));
+            }
+        }
     }
     out.extend(rest_line(&groups, listed.len()));
     // valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
@@ -276,7 +517,15 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
         .zip(totals)
         .map(|(c, (n, z))| format!("{}: {z} bytes in {}", c.name(), plural(n, "block")))
         .collect();
-    out.push(format!("total: {}", total.join("; ")));
+    let mut total = total.join("; ");
+    if gating {
+        total.push_str(&format!(
+            "; suppressed: {} bytes in {}",
+            suppressed.1,
+            plural(suppressed.0, "block")
+        ));
+    }
+    out.push(format!("total: {total}"));
     if !via.is_empty() {
         let parts: Vec<String> = via
             .iter()
@@ -286,6 +535,12 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
             "of which still reachable via heuristic: {}",
             parts.join("; ")
         ));
+    }
+    // valgrind -v's list of the suppressions used, when every class is listed.
+    if shown.len() == Class::ALL.len() {
+        for (hit, u) in gate.sup.used() {
+            out.push(gate.sup.used_line(hit, u));
+        }
     }
     Ok(lines(out))
 }
