@@ -23,7 +23,7 @@ ALIASES = {"show_alloc_stacks": ("stacks",), "walk_alloc_bufs": ("walk",),
 
 # Options that take a value, so that their value is not taken for a file name or an address.
 VALUE_OPTIONS = ("--min-size", "--thread", "--match", "--limit", "--show", "--vtable", "--offset",
-                 "--type", "--addr")
+                 "--type", "--addr", "--suppressions", "--format")
 
 # Registers the engine reads of each thread (x86-64 user_regs_struct, as gdb names them).
 REGISTERS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",

@@ -753,7 +753,10 @@ impl<'a> Input<'a> {
                 g.matches(VALGRIND_PRELOAD) || self.alloc_object.as_deref().is_some_and(|o| g.matches(o))
             }
             (Loc::Src(..), Elem::Alloc(_)) => false,
-            (Loc::Fun(g), Elem::Frame(f)) => g.matches(f.valgrind_name()),
+            (Loc::Fun(g), Elem::Frame(f)) => match template_base(f, &g.0) {
+                Some((ours, theirs)) => glob(theirs.as_bytes(), ours.as_bytes()),
+                None => g.matches(f.valgrind_name()),
+            },
             (Loc::Obj(g), Elem::Frame(f)) => match &f.object {
                 Some(o) => g.matches(&o.to_string_lossy()),
                 None => g.matches("???"),
@@ -764,6 +767,20 @@ impl<'a> Input<'a> {
             },
         }
     }
+}
+
+/// For an inlined template function, its name and the pattern's up to their template
+/// arguments: valgrind names it by its DWARF name, in which GCC spells the arguments its own way
+/// (`pair<const std::string&, 0>`), while here the name comes from demangling the linkage name
+/// (`pair<std::string const&, 0ul>`); so the arguments are not compared.
+fn template_base<'f, 'p>(f: &'f Frame, pattern: &'p str) -> Option<(&'f str, &'p str)> {
+    let name = f.valgrind_name();
+    if !f.inlined {
+        return None;
+    }
+    let (ours, _) = name.split_once('<')?;
+    let (theirs, _) = pattern.split_once('<')?;
+    Some((ours, theirs))
 }
 
 /// A suppression that matches exactly one stack and class, as valgrind's `--gen-suppressions`
@@ -790,6 +807,11 @@ impl Generated {
         let frames = &stack.frames[..below_main_cut(stack.frames)];
         for f in frames {
             lines.push(match (&f.symbol, &f.object) {
+                // An inlined template's arguments as a glob (see `template_base`).
+                (Some(_), _) if f.inlined && f.valgrind_name().contains('<') => {
+                    let name = f.valgrind_name();
+                    format!("fun:{}<*", &name[..name.find('<').unwrap_or(name.len())])
+                }
                 (Some(_), _) => format!("fun:{}", f.valgrind_name()),
                 (None, Some(o)) => format!("obj:{}", o.to_string_lossy()),
                 (None, None) => "obj:*".to_owned(),
