@@ -7,7 +7,7 @@ set -euo pipefail
 # nvm, a JDK unpacked by hand): then the program on PATH is enough, and Debian's package is only
 # installed when it is absent.
 packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 python3
-    python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
+    python3-venv python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
     nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz
     git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus gawk:gawk tcl:tclsh
     make:make gnupg:gpg)
@@ -50,4 +50,13 @@ fi
 # The lints: rustfmt and clippy come with rustup's default profile; add them where they do not.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     rustup component add rustfmt clippy
+fi
+
+# ValgrindCI, a CI viewer of valgrind's XML that the XML test reads dmem's with: from PyPI, into a
+# virtual environment of its own under target/ (Debian's python3 takes no packages from pip
+# outside one), where tests/suppressions.rs looks for it.
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/ci-venv"
+if [ ! -x "$venv/bin/valgrind-ci" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check valgrindci==0.3.0
 fi
