@@ -26,6 +26,9 @@ pub struct Record<'a> {
     pub class: Class,
     pub bytes: u64,
     pub blocks: u64,
+    /// Of a definitely lost record: the bytes of the indirectly lost blocks its blocks hold,
+    /// which memcheck counts in it too.
+    pub indirect: u64,
     pub stack: &'a Stack<'a>,
     /// The allocation function's address here, when the call was read.
     pub alloc_ip: u64,
@@ -111,11 +114,14 @@ fn error(x: &mut String, i: usize, n: usize, r: &Record) {
         "<error>\n  <unique>{:#x}</unique>\n  <tid>1</tid>\n  <kind>{}</kind>\n  <xwhat>\n    <text>{} bytes in {} blocks are {} in loss record {} of {n}</text>\n    <leakedbytes>{}</leakedbytes>\n    <leakedblocks>{}</leakedblocks>\n  </xwhat>\n  <stack>\n",
         i,
         kind(r.class),
-        r.bytes,
+        match r.indirect {
+            0 => r.bytes.to_string(),
+            ind => format!("{} ({} direct, {ind} indirect)", r.bytes + ind, r.bytes),
+        },
         r.blocks,
         r.class.name(),
         i + 1,
-        r.bytes,
+        r.bytes + r.indirect,
         r.blocks
     );
     let alloc_obj = r.stack.alloc_object.map(|p| p.to_string_lossy().into_owned());
@@ -208,6 +214,7 @@ mod tests {
             class: Class::DefinitelyLost,
             bytes: 16,
             blocks: 2,
+            indirect: 8,
             stack: &stack,
             alloc_ip: 0x77,
             suppression: Some(&g),

@@ -33,6 +33,7 @@ pub(super) fn write_report(
     live: &[Live],
     classes: &[Class],
     heuristic: &[Option<Heuristic>],
+    heads: &[Option<usize>],
     show: u8,
     notes: &ThreadNotes,
     breaks: &Breaks,
@@ -86,7 +87,21 @@ pub(super) fn write_report(
     groups.retain(|((c, _), g)| show & c.bit() != 0 && g.hit.is_none());
     let leaked = totals.iter().filter(|(c, _)| c.is_leak()).map(|(_, t)| t.0).sum();
     if opts.report_xml {
-        write_xml(&groups, &mut syms, loaded.as_ref(), opts.gen_suppressions);
+        // memcheck counts indirectly lost bytes in the record of the definitely lost block
+        // that holds them.
+        let mut indirect: HashMap<[usize; NFRAMES], usize> = HashMap::new();
+        for (b, h) in live.iter().zip(heads) {
+            if let Some(h) = *h {
+                *indirect.entry(live[h].frames).or_default() += b.size;
+            }
+        }
+        write_xml(
+            &groups,
+            &indirect,
+            &mut syms,
+            loaded.as_ref(),
+            opts.gen_suppressions,
+        );
         return leaked;
     }
 
@@ -217,6 +232,7 @@ pub(super) fn write_report(
 /// and the suppressions' counts.
 fn write_xml(
     groups: &[((Class, [usize; NFRAMES]), Group)],
+    indirect: &HashMap<[usize; NFRAMES], usize>,
     syms: &mut Symbols,
     loaded: Option<&suppress::Loaded>,
     gen: bool,
@@ -241,10 +257,14 @@ fn write_xml(
         .zip(&stacks)
         .zip(&generated)
         .enumerate()
-        .map(|(i, ((((class, _), g), stack), gen))| Record {
+        .map(|(i, ((((class, frames), g), stack), gen))| Record {
             class: *class,
             bytes: g.bytes as u64,
             blocks: g.blocks as u64,
+            indirect: match class {
+                Class::DefinitelyLost => indirect.get(frames).copied().unwrap_or(0) as u64,
+                _ => 0,
+            },
             stack,
             alloc_ip: raw[i].2,
             suppression: gen.as_ref(),

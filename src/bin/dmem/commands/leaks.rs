@@ -326,6 +326,15 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
         })
         .collect();
     if xml {
+        // memcheck counts indirectly lost bytes in the record of the definitely lost block
+        // that holds them: by that block's stack.
+        let mut indirect: HashMap<u32, u64> = HashMap::new();
+        for (i, h) in scan.c.head.iter().enumerate() {
+            if let Some(h) = *h {
+                let stack = scan.ins.heap.blocks[h].stack;
+                *indirect.entry(stack).or_default() += scan.ins.heap.blocks[i].size;
+            }
+        }
         let mut owned = Vec::new();
         let mut recs: Vec<(Class, u64, u64, usize)> = Vec::new();
         for (k, g) in listed.iter().enumerate() {
@@ -343,6 +352,10 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                 class,
                 bytes,
                 blocks,
+                indirect: match class {
+                    Class::DefinitelyLost => indirect.get(&listed[k].stack).copied().unwrap_or(0),
+                    _ => 0,
+                },
                 stack: &stacks[k],
                 alloc_ip: owned[k].ip,
                 suppression: args
