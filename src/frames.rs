@@ -46,13 +46,13 @@ fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
             if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0 {
                 return None;
             }
-            let text = |p: *const libc::c_char| {
-                // SAFETY: a NUL-terminated string from the loader (see above), or null.
-                (!p.is_null()).then(|| {
-                    unsafe { core::ffi::CStr::from_ptr(p) }
-                        .to_string_lossy()
-                        .into_owned()
-                })
+            let text = |p: *const libc::c_char| -> Option<String> {
+                if p.is_null() {
+                    return None;
+                }
+                // SAFETY: a NUL-terminated string from the loader (see above).
+                let s = unsafe { core::ffi::CStr::from_ptr(p) };
+                Some(s.to_string_lossy().into_owned())
             };
             let symbol = text(info.dli_sname).map(|s| (s, info.dli_saddr as u64));
             (text(info.dli_fname), info.dli_fbase as u64, symbol)

@@ -916,7 +916,7 @@ mod tests {
         let t = Template::new("^foo*bar$");
         assert!(t.matches("foo_x_bar") && !t.matches("xfoobar") && !t.matches("foobarx"));
         assert!(Template::new("load").matches("void ns::load<int>()"));
-        assert!(Template::new("ns::load<*>$").matches("void ns::load<int>()") == false);
+        assert!(!Template::new("ns::load<*>$").matches("void ns::load<int>()"));
         assert!(Template::new("ns::load<*>()$").matches("void ns::load<int>()"));
         assert!(!Template::new("x").matches(""));
         assert_eq!(

@@ -233,8 +233,11 @@ mod tests {
         assert!(doc
             .contains("<sframe> <fun>_Znwm</fun> </sframe>\n    <sframe> <fun>_Z1fIiEvR1A</fun> </sframe>"));
         assert!(
-            doc.contains("<kind>Leak_DefinitelyLost</kind>") && doc.contains("<leakedbytes>16</leakedbytes>")
+            doc.contains("<kind>Leak_DefinitelyLost</kind>") && doc.contains("<leakedbytes>24</leakedbytes>")
         );
+        assert!(doc.contains(
+            "<text>24 (16 direct, 8 indirect) bytes in 2 blocks are definitely lost in loss record 1 of 1</text>"
+        ));
         assert!(doc.contains("<pair>\n    <count>3</count>\n    <name>mine</name>"));
     }
 }

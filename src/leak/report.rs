@@ -18,9 +18,9 @@ use super::live::snapshot;
 use super::memory::{OwnMemory, OwnScan};
 use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
 use super::stopworld::{Seen, World};
-use super::text::write_report;
+use super::text::{write_report, Marks};
 use crate::analysis::arena;
-use crate::analysis::reach::{Blocks, Class, Heuristic, Marker};
+use crate::analysis::reach::{Blocks, Marker};
 use crate::exit_entry::Entry;
 use crate::lists;
 use crate::{options, procmaps, thread};
@@ -110,22 +110,15 @@ pub fn leak_report(entry: &Entry) -> usize {
     lists::unlock_all();
 
     let show = options::get().leak_show;
-    let classes: Vec<Class> = (0..live.len()).map(|i| marker.class(i)).collect();
-    let heuristic: Vec<Option<Heuristic>> = (0..live.len()).map(|i| marker.heuristic(i)).collect();
-    let heads: Vec<Option<usize>> = (0..live.len()).map(|i| marker.head(i)).collect();
+    let marks = Marks {
+        class: (0..live.len()).map(|i| marker.class(i)).collect(),
+        heuristic: (0..live.len()).map(|i| marker.heuristic(i)).collect(),
+        head: (0..live.len()).map(|i| marker.head(i)).collect(),
+    };
     // Without blocks in glibc's main heap there is nothing main_arena could point to, so
     // nothing to tell.
     let lost_arena = !objs.libc_data.is_empty() && arena.is_none() && in_main_heap(&live);
-    let leaked = write_report(
-        &live,
-        &classes,
-        &heuristic,
-        &heads,
-        show,
-        &notes,
-        &breaks,
-        lost_arena,
-    );
+    let leaked = write_report(&live, &marks, show, &notes, &breaks, lost_arena);
     // The tables of block addresses made before the stop are not given back (the heap has
     // switched to its own pages, which are unmapped before a core is written): a reader of that
     // core, scanning the program's memory, must not find them there.

@@ -29,16 +29,24 @@ struct Group {
 /// Groups the blocks by class and stack, leaves out what the suppressions match, prints the
 /// report (text or valgrind's XML) and returns the count of leaked blocks no suppression
 /// matched.
+/// What the mark found of each block, by index into the live blocks.
+pub(super) struct Marks {
+    pub class: Vec<Class>,
+    /// The heuristic that made a block still reachable, if one did.
+    pub heuristic: Vec<Option<Heuristic>>,
+    /// For an indirectly lost block, the definitely lost block whose loss record counts it.
+    pub head: Vec<Option<usize>>,
+}
+
 pub(super) fn write_report(
     live: &[Live],
-    classes: &[Class],
-    heuristic: &[Option<Heuristic>],
-    heads: &[Option<usize>],
+    marks: &Marks,
     show: u8,
     notes: &ThreadNotes,
     breaks: &Breaks,
     no_arena: bool,
 ) -> usize {
+    let (classes, heuristic, heads) = (&marks.class, &marks.heuristic, &marks.head);
     let opts = options::get();
     let mut loaded = suppress::take();
     // Suppressions apply to every class, listed or not, as valgrind's summary counts them.
