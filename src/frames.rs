@@ -9,6 +9,8 @@
 #[cfg(not(test))]
 use crate::analysis::allocfn::{Alloc, Callees};
 use crate::analysis::frame::{inlined_symbol, Frame};
+#[cfg(not(test))]
+use crate::analysis::suppressions::Recorded;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -179,16 +181,21 @@ impl Symbols {
             .clone()
     }
 
-    /// A recorded stack (zeros past its end) symbolised, inlined frames expanded; the
-    /// allocation function its first frame called and that function's address; and whether
-    /// the stack filled every slot.
-    pub fn stack(&mut self, pcs: &[usize]) -> (Vec<Frame>, Alloc, u64, bool) {
+    /// A recorded stack (zeros past its end) symbolised, inlined frames expanded, with the
+    /// allocation function its first frame called.
+    pub fn stack(&mut self, pcs: &[usize]) -> Recorded {
         let used: Vec<usize> = pcs.iter().copied().take_while(|&pc| pc != 0).collect();
         let frames = used.iter().flat_map(|&pc| self.of(pc).to_vec()).collect();
-        let (alloc, ip) = match used.first() {
+        let (alloc, alloc_ip) = match used.first() {
             Some(&first) => alloc_of(&mut self.callees, &mut self.objects, first),
             None => (Alloc::of(None), 0),
         };
-        (frames, alloc, ip, used.len() == pcs.len())
+        Recorded {
+            frames,
+            alloc,
+            alloc_ip,
+            alloc_object: self.own.clone(),
+            truncated: used.len() == pcs.len(),
+        }
     }
 }

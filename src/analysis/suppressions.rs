@@ -50,6 +50,28 @@ pub struct Stack<'a> {
     pub truncated: bool,
 }
 
+/// A recorded stack made ready for suppressions and valgrind's XML, owned: what each side
+/// builds once per stack.
+pub struct Recorded {
+    pub frames: Vec<Frame>,
+    pub alloc: Alloc,
+    /// The allocation function's address, 0 when the call was not read.
+    pub alloc_ip: u64,
+    pub alloc_object: Option<std::rc::Rc<Path>>,
+    pub truncated: bool,
+}
+
+impl Recorded {
+    pub fn stack(&self) -> Stack<'_> {
+        Stack {
+            alloc: self.alloc,
+            alloc_object: self.alloc_object.as_deref(),
+            frames: &self.frames,
+            truncated: self.truncated,
+        }
+    }
+}
+
 /// A file that could not be used, or the line of it that could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {

@@ -6,7 +6,7 @@ use super::live::{Breaks, Live};
 use super::roots::ThreadNotes;
 use super::suppress;
 use crate::analysis::reach::{Class, Heuristic};
-use crate::analysis::suppressions::{Generated, Hit, Stack};
+use crate::analysis::suppressions::{Generated, Hit, Recorded, Stack};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::diag;
 use crate::frames::Symbols;
@@ -74,14 +74,7 @@ pub(super) fn write_report(
     let mut suppressed = (0usize, 0usize);
     if let Some(l) = loaded.as_mut().filter(|_| matching) {
         for ((class, frames), g) in groups.iter_mut() {
-            let (fr, alloc, _, truncated) = syms.stack(frames);
-            let stack = Stack {
-                alloc,
-                alloc_object: syms.own.as_deref(),
-                frames: &fr,
-                truncated,
-            };
-            g.hit = l.sup.find(&stack, *class);
+            g.hit = l.sup.find(&syms.stack(frames).stack(), *class);
             if let Some(hit) = g.hit {
                 l.sup.record(hit, g.blocks as u64, g.bytes as u64);
                 let t = totals.entry(*class).or_default();
@@ -212,14 +205,7 @@ pub(super) fn write_report(
             let _ = writeln!(out);
         }
         if opts.gen_suppressions {
-            let (fr, alloc, _, truncated) = syms.stack(frames);
-            let stack = Stack {
-                alloc,
-                alloc_object: syms.own.as_deref(),
-                frames: &fr,
-                truncated,
-            };
-            out.str(&Generated::new(&stack, *class).text());
+            out.str(&Generated::new(&syms.stack(frames).stack(), *class).text());
         }
     }
     // valgrind -v's list of the suppressions used, when every class is listed.
@@ -245,16 +231,8 @@ fn write_xml(
     loaded: Option<&suppress::Loaded>,
     gen: bool,
 ) {
-    let raw: Vec<_> = groups.iter().map(|((_, frames), _)| syms.stack(frames)).collect();
-    let stacks: Vec<Stack> = raw
-        .iter()
-        .map(|(fr, alloc, _, truncated)| Stack {
-            alloc: *alloc,
-            alloc_object: syms.own.as_deref(),
-            frames: fr,
-            truncated: *truncated,
-        })
-        .collect();
+    let raw: Vec<Recorded> = groups.iter().map(|((_, frames), _)| syms.stack(frames)).collect();
+    let stacks: Vec<Stack> = raw.iter().map(Recorded::stack).collect();
     let generated: Vec<Option<Generated>> = groups
         .iter()
         .zip(&stacks)
@@ -274,7 +252,7 @@ fn write_xml(
                 _ => 0,
             },
             stack,
-            alloc_ip: raw[i].2,
+            alloc_ip: raw[i].alloc_ip,
             suppression: gen.as_ref(),
         })
         .collect();

@@ -3,9 +3,8 @@
 //! indirectly and possibly lost, and still reachable.
 
 use crate::analysis::allocfn::{Alloc, Callees};
-use crate::analysis::frame::Frame;
 use crate::analysis::reach::{Class, Heuristic};
-use crate::analysis::suppressions::{Generated, Problem, Stack, Suppressions};
+use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
 use crate::commands::heap::{
@@ -21,7 +20,6 @@ use crate::model::text::{dump, hex, plural};
 use crate::{usage, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::rc::Rc;
 
 /// A suppression used, in `--json`.
@@ -146,32 +144,12 @@ fn counts(v: [(u64, u64); 4]) -> BTreeMap<String, Count> {
         .collect()
 }
 
-/// A recorded stack as suppressions see it, owned.
-struct Owned {
-    frames: Vec<Frame>,
-    alloc: Alloc,
-    ip: u64,
-    object: Option<Rc<Path>>,
-    truncated: bool,
-}
-
-impl Owned {
-    fn stack(&self) -> Stack<'_> {
-        Stack {
-            alloc: self.alloc,
-            alloc_object: self.object.as_deref(),
-            frames: &self.frames,
-            truncated: self.truncated,
-        }
-    }
-}
-
 /// The suppressions of `--suppressions`, and each recorded stack made ready for them once.
 struct Gate {
     sup: Suppressions,
     problems: Vec<Problem>,
     callees: Callees,
-    stacks: HashMap<u32, Rc<Owned>>,
+    stacks: HashMap<u32, Rc<Recorded>>,
 }
 
 impl Gate {
@@ -187,7 +165,7 @@ impl Gate {
 
     /// A stack symbolised, with the allocation function its first frame called (read from the
     /// image's code and GOT) and the object that function is in.
-    fn stack(&mut self, ins: &mut Inspect, id: u32) -> Rc<Owned> {
+    fn stack(&mut self, ins: &mut Inspect, id: u32) -> Rc<Recorded> {
         if let Some(o) = self.stacks.get(&id) {
             return o.clone();
         }
@@ -213,11 +191,11 @@ impl Gate {
             .filter(|_| ip != 0)
             .and_then(|m| m.path.as_deref())
             .map(Rc::from);
-        let owned = Rc::new(Owned {
+        let owned = Rc::new(Recorded {
             frames,
             alloc,
-            ip,
-            object,
+            alloc_ip: ip,
+            alloc_object: object,
             truncated: pcs.len() as u64 >= ins.image.layout.nframes,
         });
         self.stacks.insert(id, owned.clone());
@@ -357,7 +335,7 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                     _ => 0,
                 },
                 stack: &stacks[k],
-                alloc_ip: owned[k].ip,
+                alloc_ip: owned[k].alloc_ip,
                 suppression: args
                     .gen_suppressions
                     .then(|| generated[k].iter().find(|(c, _)| *c == class).map(|(_, g)| g))
