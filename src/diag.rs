@@ -126,9 +126,9 @@ pub fn name_without_the_loader() {
 }
 
 /// The path (as the loader knows it; empty for the program) and the ELF header's address of the
-/// object that holds `at`, from the table `name_without_the_loader` took; None before it ran
-/// or when no object holds `at`.
-pub fn object_at(at: usize) -> Option<(&'static [u8], usize)> {
+/// object that holds `at`, from the table `name_without_the_loader` took: None before it ran,
+/// Some(None) when no object holds `at`.
+pub fn object_at(at: usize) -> Option<Option<(&'static [u8], usize)>> {
     let objects = OBJECTS.load(Ordering::Acquire);
     if objects.is_null() {
         return None;
@@ -137,8 +137,8 @@ pub fn object_at(at: usize) -> Option<(&'static [u8], usize)> {
     let objects: &'static [Object] = unsafe { &*objects };
     let o = objects
         .iter()
-        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e))?;
-    Some((&o.path[..], o.header))
+        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e));
+    Some(o.map(|o| (&o.path[..], o.header)))
 }
 
 /// Describes a return address the one way libdmem prints frames, in the bad-free line and in

@@ -22,17 +22,18 @@ struct Loaded {
     symbol: Option<(String, u64)>,
 }
 
-/// Each loaded object's path by its load address: the loader's name for it made canonical, as
-/// the kernel's list of mappings (and valgrind) name it: the loader knows libraries by the
-/// path it found them at (`/lib/x86_64-linux-gnu/libc.so.6` through a symbolic link) and
-/// itself by the program's interpreter (`/lib64/ld-linux-x86-64.so.2`).
+/// Each loaded object's path by its load address, as the kernel's list of mappings (and
+/// valgrind) name it, not as the loader does: it knows libraries by the path it found them at
+/// (`/lib/x86_64-linux-gnu/libc.so.6`, through a symbolic link) and itself by the program's
+/// interpreter (`/lib64/ld-linux-x86-64.so.2`).
 pub type Objects = std::collections::HashMap<u64, Option<Rc<Path>>>;
 
 fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
     let (named, base, symbol) = match crate::diag::object_at(at) {
         // Once the exit report took the table of loaded objects, the loader is not asked: a
         // thread it stopped may hold the loader's lock.
-        Some((path, header)) => {
+        Some(None) => return None,
+        Some(Some((path, header))) => {
             let named = (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned());
             (named, header as u64, None)
         }
@@ -65,14 +66,27 @@ fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
     let path = objects
         .entry(base)
         .or_insert_with(|| {
-            let named = match named {
-                Some(p) if p.starts_with('/') => std::path::PathBuf::from(p),
-                _ => std::fs::read_link("/proc/self/exe").ok()?,
-            };
-            Some(Rc::from(std::fs::canonicalize(&named).unwrap_or(named).as_path()))
+            canonical(at).or_else(|| match named {
+                Some(p) if p.starts_with('/') => Some(Rc::from(Path::new(&p))),
+                _ => std::fs::read_link("/proc/self/exe")
+                    .ok()
+                    .map(|p| Rc::from(p.as_path())),
+            })
         })
         .clone();
     Some(Loaded { path, base, symbol })
+}
+
+/// The path of the file mapped at `at`, as the kernel names it: a link in `map_files` read with
+/// one `readlink`. Not `realpath`, which calls malloc: this runs in reports from a fatal signal,
+/// which must never reach the real allocator.
+fn canonical(at: usize) -> Option<Rc<Path>> {
+    let (start, end) = crate::procmaps::mapping_containing(at)?;
+    ["thread-self", "self"].iter().find_map(|who| {
+        std::fs::read_link(format!("/proc/{who}/map_files/{start:x}-{end:x}"))
+            .ok()
+            .map(|p| Rc::from(p.as_path()))
+    })
 }
 
 /// The frames of return address `pc`: the inlined functions innermost first, then the function
@@ -155,20 +169,18 @@ pub struct Symbols {
     pcs: std::collections::HashMap<usize, Rc<[Frame]>>,
     objects: Objects,
     callees: Callees,
-    /// libdmem's path, where the allocation functions are.
-    pub own: Option<Rc<Path>>,
+    /// libdmem's path, where the allocation functions are, once asked for.
+    own: Option<Option<Rc<Path>>>,
 }
 
 #[cfg(not(test))]
 impl Symbols {
     pub fn new() -> Symbols {
-        let mut objects = Objects::new();
-        let own = own_object(&mut objects);
         Symbols {
             pcs: Default::default(),
-            objects,
+            objects: Objects::new(),
             callees: Callees::default(),
-            own,
+            own: None,
         }
     }
 
@@ -194,7 +206,10 @@ impl Symbols {
             frames,
             alloc,
             alloc_ip,
-            alloc_object: self.own.clone(),
+            alloc_object: self
+                .own
+                .get_or_insert_with(|| own_object(&mut self.objects))
+                .clone(),
             truncated: used.len() == pcs.len(),
         }
     }
