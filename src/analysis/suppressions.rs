@@ -81,11 +81,19 @@ pub struct Problem {
     pub what: String,
 }
 
+/// Text from a command line or a file, as messages echo it: control characters made visible.
+fn shown(s: &str) -> String {
+    let mut out = Vec::new();
+    crate::analysis::escape::escape(s.as_bytes(), &mut |piece| out.extend_from_slice(piece));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let (path, what) = (shown(&self.path), shown(&self.what));
         match self.line {
-            0 => write!(f, "suppressions file {}: {}", self.path, self.what),
-            n => write!(f, "suppressions file {}, line {n}: {}", self.path, self.what),
+            0 => write!(f, "suppressions file {path}: {what}"),
+            n => write!(f, "suppressions file {path}, line {n}: {what}"),
         }
     }
 }
@@ -129,14 +137,14 @@ impl File {
         if n == 0 {
             return None;
         }
-        let kinds: Vec<&str> = self.skipped.iter().map(|s| s.0.as_str()).collect();
+        let kinds: Vec<String> = self.skipped.iter().map(|s| shown(&s.0)).collect();
         let ours = match self.format {
             Format::LeakSanitizer => "leak:",
             Format::Valgrind => "Memcheck:Leak",
         };
         Some(format!(
             "suppressions file {}: skipped {n} suppression{} of other kinds than {ours} ({})",
-            self.path,
+            shown(&self.path),
             if n == 1 { "" } else { "s" },
             kinds.join(", ")
         ))
@@ -628,7 +636,12 @@ impl Suppressions {
         let e = self.entry(hit);
         format!(
             "used_suppression: {:6} {} {}:{} suppressed: {} bytes in {} blocks",
-            u.count, e.name, self.files[hit.file].path, e.line, u.bytes, u.blocks
+            u.count,
+            shown(&e.name),
+            shown(&self.files[hit.file].path),
+            e.line,
+            u.bytes,
+            u.blocks
         )
     }
 
