@@ -7,9 +7,12 @@ mod common;
 mod elfcore;
 #[path = "common/gdb.rs"]
 mod gdbrun;
+#[path = "common/pprof.rs"]
+mod pprof;
 
 use common::run::run_limited;
 use common::{dmem, fixture, lib_path, make_core, scratch_dir, text, which};
+use pprof::{decode, protobuf_python, string};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -34,43 +37,6 @@ fn run_ok(cmd: &mut Command) -> Output {
         text(&out.stderr)
     );
     out
-}
-
-/// A python3 that can import Google's protobuf package: Debian's (python3-protobuf), else the
-/// first on PATH. None, with a line saying so, when neither can.
-fn protobuf_python() -> Option<PathBuf> {
-    let candidates = [Some(PathBuf::from("/usr/bin/python3")), which("python3")];
-    for py in candidates.into_iter().flatten() {
-        let ok = Command::new(&py)
-            .args(["-c", "import google.protobuf"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(py);
-        }
-    }
-    common::missing("a python3 that can import google.protobuf (python3-protobuf)");
-    None
-}
-
-/// The profile at `path` decoded by the Python helper: its tables, and `stacks` resolved.
-fn decode(py: &Path, path: &Path) -> Value {
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pprof_decode.py");
-    let out = run(Command::new(py).arg(helper).arg(path));
-    assert!(
-        out.status.success(),
-        "protobuf could not decode {}:\n{}",
-        path.display(),
-        text(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the decoder prints JSON")
-}
-
-fn string<'a>(p: &'a Value, index: &Value) -> &'a str {
-    p["string_table"][index.as_u64().expect("a string index") as usize]
-        .as_str()
-        .unwrap()
 }
 
 /// The functions of a decoded stack, leaf first, inlined functions included.
