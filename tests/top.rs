@@ -567,3 +567,101 @@ fn top_of_a_process_that_ends_says_so() {
     let (status, _) = target.finish();
     assert!(status.success(), "the fixture itself ended well: {status:?}");
 }
+
+/// One stack of a text sample: its class, its sparkline and its innermost function.
+struct TextRow {
+    class: String,
+    spark: String,
+    function: String,
+}
+
+/// The samples `dmem top` printed as text, each as its rows.
+fn text_samples(out: &str) -> Vec<Vec<TextRow>> {
+    let mut samples: Vec<Vec<TextRow>> = Vec::new();
+    let mut lines = out.lines().peekable();
+    while let Some(l) = lines.next() {
+        if l.contains(" read in ") {
+            samples.push(Vec::new());
+            continue;
+        }
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        let numeric = fields
+            .first()
+            .is_some_and(|f| f.chars().all(|c| c.is_ascii_digit() || c == ','));
+        let (Some(sample), true) = (samples.last_mut(), numeric && fields.len() >= 5) else {
+            continue;
+        };
+        // bytes, blocks, change and rate right-aligned in 14, 10, 14 and 14 columns, the class
+        // in 12, then the sparkline.
+        let spark: String = l
+            .chars()
+            .skip(14 + 1 + 10 + 1 + 14 + 1 + 14 + 2 + 12 + 2)
+            .collect();
+        let frame = lines.peek().map(|f| f.trim()).unwrap_or_default();
+        let function = frame.split(['+', ' ']).next().unwrap_or_default().to_owned();
+        sample.push(TextRow {
+            class: fields[4].to_owned(),
+            spark,
+            function,
+        });
+    }
+    samples
+}
+
+/// The height of a sparkline's character, 0 (nothing) to 8 (a full block).
+fn level(c: char) -> usize {
+    " ▁▂▃▄▅▆▇█"
+        .chars()
+        .position(|b| b == c)
+        .unwrap_or_else(|| panic!("{c:?} is no sparkline block"))
+}
+
+/// The text view draws each stack's live bytes over the samples as a sparkline, and calls no
+/// stack steady before it has a second sample.
+#[test]
+fn top_draws_a_sparkline_and_waits_for_a_second_sample_before_steady() {
+    let dir = common::scratch_dir("top-sparkline");
+    let hb = dir.join("heartbeat");
+    let target = start("top_growth", &[hb.to_str().unwrap(), "60"]);
+    let out = run_limited(
+        dmem().args([
+            "top",
+            &target.pid.to_string(),
+            "--interval",
+            "0.4",
+            "--count",
+            "5",
+            "--limit",
+            "10",
+        ]),
+        LIMIT,
+    );
+    let text = common::text(&out.stdout);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let samples = text_samples(&text);
+    assert_eq!(samples.len(), 5, "{text}");
+    let row = |sample: usize, function: &str| {
+        samples[sample]
+            .iter()
+            .find(|r| r.function == function)
+            .unwrap_or_else(|| panic!("no {function} in sample {sample}:\n{text}"))
+    };
+    for r in &samples[0] {
+        assert_eq!(r.class, "unknown", "one sample says nothing of growth:\n{text}");
+        assert_eq!(r.spark.chars().count(), 1, "{text}");
+    }
+    let steady = row(4, "hold_steady");
+    assert_eq!(
+        (steady.class.as_str(), steady.spark.as_str()),
+        ("steady", "█████"),
+        "{text}"
+    );
+    let linear = row(4, "grow_linear");
+    let levels: Vec<usize> = linear.spark.chars().map(level).collect();
+    assert_eq!(levels.len(), 5, "{text}");
+    assert!(
+        levels.windows(2).all(|w| w[0] <= w[1]) && levels[0] < levels[4] && levels[4] == 8,
+        "a growing stack's sparkline rises to a full block: {:?}\n{text}",
+        linear.spark
+    );
+}

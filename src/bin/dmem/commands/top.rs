@@ -1,6 +1,6 @@
 //! `dmem top PID`: every few seconds, the stacks holding the most live bytes in a running
-//! process, how much each grew since the first sample and how (see `growth`), read from the
-//! process's lists without stopping it.
+//! process, how much each grew since the first sample and how (see `growth`), with a sparkline
+//! of its live bytes over the samples, read from the process's lists without stopping it.
 //!
 //! A stack is known by its return addresses, which stay put in one running process, so it keeps
 //! its identity (and its series of samples) from one sample to the next.
@@ -11,7 +11,7 @@ use crate::model::growth::{self, Class};
 use crate::model::heap;
 use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack, TemporaryStack};
 use crate::model::symbolize::{Frame, Symbolizer};
-use crate::model::text::{bytes_text, clock, plural, signed, thousands};
+use crate::model::text::{bytes_text, clock, plural, signed, sparkline, thousands};
 use crate::source::heapwalk::{self, WalkOptions};
 use crate::source::history::{self, Kind};
 use crate::source::live::{self, LiveProcess};
@@ -96,8 +96,13 @@ fn temporary(target: &LiveProcess, since: &mut Option<(u64, u64)>, limit: usize)
     })
 }
 
+/// Samples a sparkline shows at most: the newest.
+const SPARK: usize = 24;
+
 /// What one stack looks like in a sample.
 struct Row {
+    /// Its live bytes over the last `SPARK` samples, drawn.
+    spark: String,
     pcs: Box<[u64]>,
     bytes: u64,
     blocks: u64,
@@ -271,6 +276,7 @@ impl Watch {
                 let series: Vec<(f64, u64)> =
                     self.times.iter().copied().zip(h.bytes.iter().copied()).collect();
                 Row {
+                    spark: sparkline(&h.bytes[h.bytes.len().saturating_sub(SPARK)..]),
                     pcs: pcs.clone(),
                     bytes: last,
                     blocks: *h.blocks.last().unwrap_or(&0),
@@ -370,19 +376,20 @@ impl Watch {
         }
         writeln!(
             o,
-            "{:>14} {:>10} {:>14} {:>14}  class",
-            "bytes", "blocks", "change", "per minute"
+            "{:>14} {:>10} {:>14} {:>14}  {:<12}  live bytes per sample",
+            "bytes", "blocks", "change", "per minute", "class"
         )?;
         for r in rows {
-            writeln!(
-                o,
-                "{:>14} {:>10} {:>14} {:>14}  {}",
+            let line = format!(
+                "{:>14} {:>10} {:>14} {:>14}  {:<12}  {}",
                 thousands(r.bytes),
                 thousands(r.blocks),
                 signed(r.delta_bytes),
                 signed(r.rate_per_min),
-                r.class.name()
-            )?;
+                r.class.name(),
+                r.spark
+            );
+            writeln!(o, "{}", line.trim_end())?;
             for f in self.frames(&r.pcs) {
                 writeln!(o, "        {}", frames::text(&f))?;
             }

@@ -5,8 +5,9 @@
 //! The rule, with `first` and `last` the bytes at the first and last sample and `peak` the
 //! most bytes the stack held in the series:
 //!
-//! - **steady** when the net change `|last - first|` is at most 2% of `peak` (or there is only
-//!   one sample): the stack holds what it held.
+//! - **unknown** with fewer than two samples: one sample says nothing of how a stack grows.
+//! - **steady** when the net change `|last - first|` is at most 2% of `peak`: the stack holds
+//!   what it held.
 //! - With two samples there is no curvature to see: any other change is **linear**.
 //! - Otherwise the series is cut at its middle sample into an early and a late half (the middle
 //!   sample belongs to both), and the growth rate of each half is its least-squares slope in
@@ -27,6 +28,7 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
+    Unknown,
     Steady,
     Levelling,
     Linear,
@@ -36,6 +38,7 @@ pub enum Class {
 impl Class {
     pub fn name(self) -> &'static str {
         match self {
+            Class::Unknown => "unknown",
             Class::Steady => "steady",
             Class::Levelling => "levelling",
             Class::Linear => "linear",
@@ -47,11 +50,14 @@ impl Class {
 /// Classifies `(seconds, bytes)` samples, in time order.
 pub fn classify(series: &[(f64, u64)]) -> Class {
     let (Some(&(_, first)), Some(&(_, last))) = (series.first(), series.last()) else {
-        return Class::Steady;
+        return Class::Unknown;
     };
+    if series.len() < 2 {
+        return Class::Unknown;
+    }
     let peak = series.iter().map(|s| s.1).max().unwrap_or(0);
     let net = last as f64 - first as f64;
-    if net.abs() <= peak as f64 * 0.02 || series.len() < 2 {
+    if net.abs() <= peak as f64 * 0.02 {
         return Class::Steady;
     }
     if series.len() == 2 {
@@ -138,8 +144,13 @@ mod tests {
 
     #[test]
     fn short_series() {
-        assert_eq!(classify(&[]), Class::Steady);
-        assert_eq!(classify(&[(0.0, 5)]), Class::Steady);
+        assert_eq!(classify(&[]), Class::Unknown);
+        assert_eq!(
+            classify(&[(0.0, 5)]),
+            Class::Unknown,
+            "not steady before a second sample"
+        );
+        assert_eq!(classify(&[(0.0, 5), (1.0, 5)]), Class::Steady);
         assert_eq!(classify(&[(0.0, 5), (1.0, 500)]), Class::Linear);
         assert_eq!(classify(&[(0.0, 0), (1.0, 0), (2.0, 500)]), Class::Accelerating);
     }

@@ -60,6 +60,41 @@ pub fn bytes_text(v: u64) -> String {
     format!("{x:.1} {} ({} bytes)", UNITS[unit], thousands(v))
 }
 
+/// A size in the unit that suits it, to a tenth: `512 B`, `4.8 MiB`, for charts and tables
+/// where the exact count is elsewhere.
+pub fn size_short(v: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut x, mut unit) = (v as f64, 0);
+    while x >= 1024.0 && unit < UNITS.len() - 1 {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v} B")
+    } else {
+        format!("{x:.1} {}", UNITS[unit])
+    }
+}
+
+/// A sparkline of `values` in Unicode's eight block characters, from nothing (a space) to the
+/// greatest value (a full block): the height says how much of the most it holds, so a steady
+/// series reads as a flat bar and a growing one as a ramp.
+pub fn sparkline(values: &[u64]) -> String {
+    const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let top = values.iter().copied().max().unwrap_or(0);
+    values
+        .iter()
+        .map(|&v| {
+            if top == 0 || v == 0 {
+                BLOCKS[0]
+            } else {
+                // Anything above nothing shows at least the lowest block.
+                BLOCKS[((v as u128 * 8).div_ceil(top as u128) as usize).clamp(1, 8)]
+            }
+        })
+        .collect()
+}
+
 /// `HH:MM:SS` of a time, UTC: the launcher carries no time-zone database.
 pub fn clock(t: SystemTime) -> String {
     let s = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() % 86_400;
@@ -79,6 +114,11 @@ mod tests {
         assert_eq!(signed(12), "+12");
         assert_eq!(bytes_text(512), "512 bytes");
         assert_eq!(bytes_text(3 << 20), "3.0 MiB (3,145,728 bytes)");
+        assert_eq!(size_short(512), "512 B");
+        assert_eq!(size_short(5 << 20 | 1 << 19), "5.5 MiB");
+        assert_eq!(sparkline(&[0, 1, 4, 8]), " ▁▄█");
+        assert_eq!(sparkline(&[7, 7]), "██");
+        assert_eq!(sparkline(&[]), "");
         assert_eq!(clock(UNIX_EPOCH + Duration::from_secs(86_400 + 3661)), "01:01:01");
     }
 }
