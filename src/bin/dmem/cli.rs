@@ -61,6 +61,7 @@ pub enum Command {
     Diff(DiffArgs),
     Serve(ServeArgs),
     Record(RecordArgs),
+    Timeline(TimelineArgs),
     Demo(DemoArgs),
     Install(InstallArgs),
     Completions(CompletionsArgs),
@@ -89,6 +90,7 @@ impl Command {
             Command::Diff(_) => "diff",
             Command::Serve(_) => "serve",
             Command::Record(_) => "record",
+            Command::Timeline(_) => "timeline",
             Command::Demo(_) => "demo",
             Command::Install(_) => "install",
             Command::Completions(_) => "completions",
@@ -561,6 +563,53 @@ pub struct RecordArgs {
     /// Also write a profile each time live bytes pass the highest seen by PCT percent
     #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "10", value_parser = parse_percent)]
     pub at_peak: Option<f64>,
+    /// Also draw every profile so far as a timeline (see 'dmem timeline') after each one, so
+    /// the chart can be kept open while the process runs: FILE.html for the page, FILE.json
+    /// for the series, else SVG
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+}
+
+/// Draw live bytes over time by allocation stack, from recorded profiles (SVG, HTML or JSON)
+///
+/// Reads the profiles 'dmem record' wrote to DIR (or snapshot files that 'dmem snapshot'
+/// wrote, each with its time) and draws a stacked area chart of live bytes over time: a band
+/// for each of the N stacks that held the most at their peak, labelled by the innermost frame
+/// of the program's own code, and the rest of the stacks summed as "other". The legend lists
+/// them by peak size; hovering over an entry or a band shows the whole stack. The profiles
+/// 'dmem record --at-peak' wrote at new peaks are marked, the highest of them in red.
+/// --format html writes one self-contained page (the chart, a table of the stacks with all
+/// their frames, and the profiles), which needs no network and no script. --json writes the
+/// series: every profile's time and totals, and each stack's bytes and blocks per profile.
+#[derive(Args, Debug)]
+#[command(
+    help_template = TEMPLATE,
+    override_usage = "dmem timeline DIR | FILE... -o OUT.svg [--format svg|html|json] [-n N]\n       dmem timeline DIR | FILE... --json"
+)]
+pub struct TimelineArgs {
+    /// A directory of profiles 'dmem record' wrote (its .pb.gz files), or profile files
+    #[arg(value_name = "DIR | FILE", required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Where to write the chart; '-' for standard output (the default with --json)
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// svg: the chart; html: a page with the chart and tables of the stacks and profiles;
+    /// json: the series. Default: from OUT's extension (.html, .json), else svg
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<TimelineFormat>,
+    /// The series as JSON (the same as --format json)
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// How many stacks get a band of their own; the rest are summed as "other"
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 10, value_parser = parse_limit)]
+    pub limit: usize,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineFormat {
+    Svg,
+    Html,
+    Json,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -654,6 +703,13 @@ fn parse_interval(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("N is a count of stacks, at least 1".into()),
+    }
+}
+
 fn parse_percent(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && (0.1..=10000.0).contains(&v) => Ok(v),
@@ -662,7 +718,7 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 /// The subcommands, for messages.
-const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, history, report, flamegraph, top, snapshot, diff, serve, record, demo, install and completions";
+const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, history, report, flamegraph, top, snapshot, diff, serve, record, timeline, demo, install and completions";
 
 /// Parses the command line. On a mistake, or when help or the version was asked for, gives what
 /// to print, where, and the exit status instead.

@@ -140,6 +140,7 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Diff(a) => commands::diff::command(&a.sources, a.json, a.pprof.as_deref(), a.limit),
         Serve(a) => commands::serve::main(a),
         Record(a) => commands::record::main(a),
+        Timeline(a) => commands::timeline::main(a),
         Demo(a) => commands::demo::main(a),
         Install(a) => commands::install::main(a),
         Completions(a) => {

@@ -15,4 +15,5 @@ pub mod report;
 pub mod run;
 pub mod serve;
 pub mod snapshot;
+pub mod timeline;
 pub mod top;

@@ -8,10 +8,16 @@
 //! made only when live bytes pass the last peak profile's by the given percentage: a process
 //! that grows slowly gets a profile at each such step, and the last one was taken at most that
 //! percentage below the true peak.
+//!
+//! With `--timeline FILE` every profile is also added to a series kept in memory, and the chart
+//! of it (`dmem timeline`'s) is drawn again after each one: the whole recording, even the
+//! profiles `--keep` has since removed.
 
 use crate::cli::SnapshotFormat;
 use crate::cli::{show, RecordArgs};
 use crate::commands::snapshot::{write_to, Source};
+use crate::commands::timeline;
+use crate::model::series::Series;
 use crate::model::text::thousands;
 use crate::source::image::Target;
 use crate::source::live;
@@ -24,6 +30,34 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How often the counters are read for a new peak.
 const POLL: Duration = Duration::from_millis(100);
+
+/// What ends the name of a profile written at a new peak (`take`'s kind "peak.").
+const PEAK_SUFFIX: &str = ".peak.pb.gz";
+
+/// Whether `path` names a profile `--at-peak` wrote.
+pub fn is_peak(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(PEAK_SUFFIX))
+}
+
+/// The chart `--timeline` keeps drawn, and the series it draws.
+struct Chart {
+    path: PathBuf,
+    series: Series,
+}
+
+impl Chart {
+    /// Adds a profile just written and draws the chart again. A chart that cannot be written
+    /// is said once per profile and does not end the recording, whose profiles matter more.
+    fn add(&mut self, snap: &crate::model::snapshot::Snapshot, written: &Path) {
+        let name = written.file_name().map(show).unwrap_or_default();
+        self.series.add(snap, name, is_peak(written));
+        let format = timeline::format_of(&self.path);
+        if let Err(f) = timeline::write(&self.series, 10, format, &self.path) {
+            eprintln!("dmem record: {}", f.msg);
+        }
+    }
+}
 
 /// The profiles written so far, and the oldest ones let go when `--keep` says so.
 struct Kept {
@@ -60,6 +94,10 @@ pub fn main(a: RecordArgs) -> Result<i32> {
         keep: a.keep,
     };
     let mut said = HashSet::new();
+    let mut chart = a.timeline.map(|path| Chart {
+        path,
+        series: Series::default(),
+    });
     let (mut written, mut at_peaks) = (0u64, 0u64);
     // The highest live bytes seen, and when; and the live bytes of the last peak profile, which
     // the next one must pass by the percentage.
@@ -82,7 +120,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             note_high(&mut highest, c.live_bytes);
             let base = *peak_base.get_or_insert(c.live_bytes);
             if c.live_bytes as f64 > base as f64 * (1.0 + pct / 100.0) {
-                match take(a.pid, &a.output, &stem, "peak.", &mut said)? {
+                match take(a.pid, &a.output, &stem, "peak.", &mut said, chart.as_mut())? {
                     Some((path, bytes)) => {
                         note_high(&mut highest, bytes);
                         peak_base = Some(bytes.max(c.live_bytes));
@@ -95,7 +133,7 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             }
         }
         if Instant::now() >= next {
-            match take(a.pid, &a.output, &stem, "", &mut said)? {
+            match take(a.pid, &a.output, &stem, "", &mut said, chart.as_mut())? {
                 Some((path, bytes)) => {
                     note_high(&mut highest, bytes);
                     periodic.add(path);
@@ -152,14 +190,15 @@ fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
     }
 }
 
-/// A profile of the process now, written to DIR/STEM.STAMP.KINDpb.gz: its path and live bytes;
-/// `None` when the process has ended.
+/// A profile of the process now, written to DIR/STEM.STAMP.KINDpb.gz and added to the chart: its
+/// path and live bytes; `None` when the process has ended.
 fn take(
     pid: i32,
     dir: &Path,
     stem: &str,
     kind: &str,
     said: &mut HashSet<String>,
+    chart: Option<&mut Chart>,
 ) -> Result<Option<(PathBuf, u64)>> {
     let snap = match Source::Image(Target::Pid(pid)).take() {
         Ok(s) => s,
@@ -179,6 +218,9 @@ fn take(
         .collect();
     let path = dir.join(format!("{stem}.{stamp}.{kind}pb.gz"));
     write_to(&snap, &path, SnapshotFormat::Pprof)?;
+    if let Some(chart) = chart {
+        chart.add(&snap, &path);
+    }
     Ok(Some((path, snap.live_bytes().max(0) as u64)))
 }
 

@@ -1,5 +1,6 @@
-//! The model and its formats: stacks grouped, symbolised, snapshots as JSON and pprof, growth classes.
+//! The model and its formats: stacks grouped, symbolised, snapshots as JSON and pprof, growth classes, series over time and their charts.
 
+pub mod chart;
 pub mod frames;
 pub mod growth;
 pub mod heap;
@@ -7,6 +8,7 @@ pub mod leaks;
 pub mod names;
 pub mod pprof;
 pub mod roots;
+pub mod series;
 pub mod snapjson;
 pub mod snapshot;
 pub mod symbolize;
