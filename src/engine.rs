@@ -15,8 +15,9 @@ use crate::header::{
 use crate::lists::Refused;
 #[cfg(not(test))]
 use crate::signals;
+use crate::stack_counts::Hint;
 use crate::unwind::Origin;
-use crate::{history, lists, options, thread, unwind};
+use crate::{history, lists, options, stack_counts, thread, unwind};
 
 /// The calling thread's errno, found once per call: saved on entry and put back on success, since
 /// the backend and our own slow paths may change it.
@@ -61,26 +62,30 @@ fn enomem() -> *mut u8 {
 }
 
 /// The stack a new header gets: walked from an origin, or already taken (by realloc, before the
-/// old block went away).
+/// old block went away), with what the per-stack counts need of it.
 enum Stack<'a> {
     From(Origin),
-    Taken(&'a [usize; header::NFRAMES]),
+    Taken(&'a [usize; header::NFRAMES], Hint),
 }
 
-/// Walks the allocating stack into `frames`.
+/// Walks the allocating stack into `frames`; returns what the per-stack counts need of it.
 #[inline(always)]
-fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) {
+fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) -> Hint {
     #[cfg(feature = "bench-no-unwind")]
     {
         let _ = from;
-        *frames = [1; header::NFRAMES];
-        return;
+        const ONES: [usize; header::NFRAMES] = [1; header::NFRAMES];
+        *frames = ONES;
+        return Hint::bare(const { stack_counts::key(&ONES) });
     }
     #[allow(unreachable_code)]
     match thread::Guard::enter() {
         Some(_g) => unwind::capture(from, frames),
         // A nested call from inside libdmem (the unwinder's first use): no stack.
-        None => *frames = [0; header::NFRAMES],
+        None => {
+            *frames = [0; header::NFRAMES];
+            stack_counts::NO_STACK
+        }
     }
 }
 
@@ -97,9 +102,15 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
     h.tid = thread::tid();
     h.magic = header::MAGIC_LIVE;
     if opts.record {
-        match stack {
-            Stack::Taken(f) => h.frames = *f,
+        let hint = match stack {
+            Stack::Taken(f, hint) => {
+                h.frames = *f;
+                hint
+            }
             Stack::From(from) => record(from, &mut h.frames),
+        };
+        if opts.count_allocs {
+            stack_counts::allocated(hint, h, header::to_user(hdr));
         }
         // SAFETY: the header is fully written and on no list.
         give_back(unsafe { lists::link(hdr) });
@@ -337,6 +348,10 @@ pub fn release(user: *mut u8, from: Origin) {
         history::record(p, options::get().history);
     }
     if let Claim::Mine(hdr) = claimed {
+        if options::get().count_allocs {
+            // SAFETY: claimed, so ours, and not yet given back.
+            stack_counts::freed(unsafe { &*hdr }, user);
+        }
         dispose(real, hdr);
     }
     saved.restore();
@@ -458,9 +473,11 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     // The stack is taken before the backend's realloc, while no lock is held and the old block is
     // still intact should the realloc fail.
     let mut frames = [0usize; header::NFRAMES];
-    if options::get().record {
-        record(from, &mut frames);
-    }
+    let hint = if options::get().record {
+        record(from, &mut frames)
+    } else {
+        stack_counts::NO_STACK
+    };
     // The old block's header as it was, for the history, should the block move.
     let old = history_on().then(|| {
         // SAFETY: we own the claimed header.
@@ -474,7 +491,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         return saved.fail(libc::ENOMEM);
     }
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
-    let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames)) };
+    let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames, hint)) };
     if let (Some(old), true) = (old, new != user) {
         // A block that moved was freed where it was, by this realloc.
         remember_moved(old, &frames);

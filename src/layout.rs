@@ -20,6 +20,7 @@ use crate::header::{
 };
 use crate::history::{self, Event, Ring};
 use crate::lists::{self, Hand, List, NLISTS};
+use crate::stack_counts::{self, Entry as Counts, Table};
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,7 +33,7 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 52;
+const NFIELDS: usize = 64;
 
 /// The checks `seal` writes: the head's, then one per entry, in order.
 pub static CHECKS: [AtomicU64; NFIELDS + 1] = [const { AtomicU64::new(0) }; NFIELDS + 1];
@@ -122,6 +123,18 @@ pub static dmem_layout: Layout = Layout {
         n(field::EVENT_KIND_ALLOC, history::KIND_ALLOC as usize),
         Entry::address(field::CHECKS, CHECKS.as_ptr()),
         Entry::address(field::EXIT_ENTRY, crate::exit_entry::EXIT_ENTRY.as_ptr()),
+        Entry::address(field::STACK_TABLES, stack_counts::TABLES.as_ptr()),
+        n(field::STACK_NTABLES, NLISTS),
+        n(field::STAB_OFF_CAPACITY, offset_of!(Table, capacity)),
+        n(field::STAB_OFF_USED, offset_of!(Table, used)),
+        n(field::STAB_OFF_OVERFLOW, offset_of!(Table, overflow)),
+        n(field::STAB_OFF_ENTRIES, offset_of!(Table, entries)),
+        n(field::SENT_SIZE, stack_counts::ENTRY_SIZE),
+        n(field::SENT_OFF_KEY, offset_of!(Counts, key)),
+        n(field::SENT_OFF_ALLOCS, offset_of!(Counts, allocs)),
+        n(field::SENT_OFF_BYTES, offset_of!(Counts, bytes)),
+        n(field::SENT_OFF_TEMPORARY, offset_of!(Counts, temporary)),
+        n(field::SENT_OFF_FRAMES, offset_of!(Counts, frames)),
     ],
 };
 

@@ -19,6 +19,7 @@ mod out;
 mod procmaps;
 mod sink;
 mod spinlock;
+mod stack_counts;
 mod thread;
 mod tls;
 mod unwind;

@@ -13,14 +13,16 @@ unsafe extern "C" {
     fn dmem_tls_bytes() -> usize;
 }
 
-/// What a thread keeps in its area: a fixed prefix of state for `thread.rs` and room the walker
+/// What a thread keeps in its area: a fixed prefix of state for `thread.rs`, room the walker
 /// uses for its caches (`unwind/fast.rs`), each initialised by its owner on the thread's first
-/// use, since the area starts as zero bytes.
+/// use, since the area starts as zero bytes, and the newest block for the per-stack counts
+/// (`stack_counts.rs`), whose zero means none.
 #[repr(C, align(64))]
 pub struct Area {
     pub thread: crate::thread::State,
     /// The walker's per-thread caches; `walker_ready` in `thread` says whether they are.
     pub walker: [u64; WALKER_WORDS],
+    pub counts: crate::stack_counts::Local,
 }
 
 /// Room for the walker's `Local`, asserted where it is defined.

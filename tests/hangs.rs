@@ -1,7 +1,7 @@
 //! One fixture for each way an allocator that walks stacks can deadlock inside the program it is
 //! preloaded into, and a stress fixture of stacks the walker cannot know. Each runs bare and
-//! preloaded (over glibc's allocator with each unwinder and with the exit report, and over every
-//! installed backend), under a time limit so that a deadlock fails the test instead of stalling
+//! preloaded (over glibc's allocator with each unwinder, with the exit report and with the
+//! per-stack counts, and over every installed backend), under a time limit so that a deadlock fails the test instead of stalling
 //! it; exit status and output must equal the bare run's. The stress fixture's core must also
 //! hold every block it kept, each with a stack through the function that allocated it.
 
@@ -15,9 +15,15 @@ use run::{assert_none, bare, limit_for, mismatch, run_limited, status_text, time
 use std::path::PathBuf;
 
 /// The library's options each fixture runs with over glibc's allocator: the defaults (recording
-/// with the cached CFI unwinder), the platform unwinder, and the exit report, whose stop of the
-/// world looks at every thread's stack.
-const GLIBC_OPTS: &[&str] = &["", "unwinder=backtrace", "leak-report,report-file=/dev/null"];
+/// with the cached CFI unwinder), the platform unwinder, the exit report, whose stop of the
+/// world looks at every thread's stack, and the per-stack counts, whose tables are mapped from
+/// inside malloc.
+const GLIBC_OPTS: &[&str] = &[
+    "",
+    "unwinder=backtrace",
+    "leak-report,report-file=/dev/null",
+    "count-allocs",
+];
 
 /// Runs `name args` bare, then preloaded in every configuration; returns what differed. After a
 /// configuration times out the rest are skipped: one deadlock is enough to fail, and each would

@@ -118,6 +118,25 @@ pub mod field {
     /// of the ones the thread holds: what lies below, and what its registers hold at the end
     /// (in a core of `abort-shutdown`, at the abort), is libdmem's and the exit path's.
     pub const EXIT_ENTRY: &str = "exit_entry";
+    /// The per-stack counts: the address of an array of `stack_ntables` pointers to tables (null
+    /// where none was mapped); in a table, the offsets of its capacity (in entries), of the
+    /// count of entries handed out (entries past it are empty; it may pass the capacity), of
+    /// the entry that counts the stacks it had no room for, and of the first entry; an entry's size
+    /// and its fields' offsets: its key (odd once the entry holds a stack), the blocks and bytes
+    /// allocated from the stack ever, how many of those blocks their thread freed before it
+    /// allocated again, and the stack's frames.
+    pub const STACK_TABLES: &str = "stack_tables";
+    pub const STACK_NTABLES: &str = "stack_ntables";
+    pub const STAB_OFF_CAPACITY: &str = "stab_off_capacity";
+    pub const STAB_OFF_USED: &str = "stab_off_used";
+    pub const STAB_OFF_OVERFLOW: &str = "stab_off_overflow";
+    pub const STAB_OFF_ENTRIES: &str = "stab_off_entries";
+    pub const SENT_SIZE: &str = "sent_size";
+    pub const SENT_OFF_KEY: &str = "sent_off_key";
+    pub const SENT_OFF_ALLOCS: &str = "sent_off_allocs";
+    pub const SENT_OFF_BYTES: &str = "sent_off_bytes";
+    pub const SENT_OFF_TEMPORARY: &str = "sent_off_temporary";
+    pub const SENT_OFF_FRAMES: &str = "sent_off_frames";
 }
 
 /// Callee-saved registers in the `exit_entry` record.

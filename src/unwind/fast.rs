@@ -40,6 +40,7 @@ use super::stacks::KnownStacks;
 use super::tables::rule_from_tables;
 use super::thread_tables;
 use crate::header::NFRAMES;
+use crate::stack_counts::{self, Hint};
 use crate::tls;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
@@ -137,6 +138,10 @@ struct Shape {
     want: [usize; CHECKS],
     /// The frames the walk recorded, zero past the last: what a replay copies out.
     frames: [usize; NFRAMES],
+    /// Their key in the per-stack counts (`stack_counts.rs`), hashed once when the shape was
+    /// recorded, and where their counts went last: what a replay gives back with them.
+    key: u64,
+    memo: usize,
     /// Offsets from the starting stack pointer of the words to check, with `RELATIVE` set for
     /// stack addresses.
     at: [u16; CHECKS],
@@ -152,6 +157,8 @@ struct Shape {
 const NO_SHAPE: Shape = Shape {
     want: [0; CHECKS],
     frames: [0; NFRAMES],
+    key: 0,
+    memo: 0,
     at: [0; CHECKS],
     bp0: None,
     span: 0,
@@ -353,10 +360,11 @@ pub fn here() -> Origin {
 
 /// Fills `out` with return addresses, innermost first, from the frame `from` was taken in,
 /// skipping the leading ones for which `skip` is true (libdmem's own frames), and zeroes the
-/// entries past the last frame found. Returns false, having written nothing, when the walk cannot
-/// be bounded to this thread's stack; the caller then uses another unwinder.
+/// entries past the last frame found; returns what the per-stack counts need of the stack.
+/// Returns a hint of key 0 (no key is), having written nothing, when the walk cannot be bounded
+/// to this thread's stack; the caller then uses another unwinder.
 #[inline(never)]
-pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> Hint {
     // SAFETY: only `capture` and `forget_table` touch the thread's `Local`, and a walk is never
     // re-entered on one thread: its caller holds the reentrancy guard, and a nested allocation
     // takes the untracked path.
@@ -387,9 +395,9 @@ fn shape_index(
 }
 
 #[inline(always)]
-fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> bool {
+fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> Hint {
     let Some(hi) = local.stacks.top(regs.sp) else {
-        return false;
+        return Hint::bare(0);
     };
     let bounds = Bounds { lo: regs.sp, hi };
     let generation = GENERATION.load(Ordering::Relaxed);
@@ -410,23 +418,33 @@ fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn
         Some(large) => replay_or_make_way(large, hash, &regs, &bounds, out),
         None => replay_or_make_way(&mut local.small, hash, &regs, &bounds, out),
     };
-    let Some(shape) = shape else {
-        #[cfg(test)]
-        tests::REPLAYS.with(|r| r.set(r.get() + 1));
-        return true;
+    let shape = match shape {
+        Ok(hint) => {
+            #[cfg(test)]
+            tests::REPLAYS.with(|r| r.set(r.get() + 1));
+            return hint;
+        }
+        Err(shape) => shape,
     };
     full_walk(shape, prev, memo, regs, &bounds, generation, out, skip);
+    // A shape kept for replays keeps the memo of its counts too.
+    let hint = if shape.len > 0 {
+        Hint::kept(shape.key, &mut shape.memo)
+    } else {
+        Hint::bare(stack_counts::key(out))
+    };
     if local.large.is_null() {
         local.unreplayed += 1;
         if local.unreplayed == BORROW_AFTER {
             borrow_large(local);
         }
     }
-    true
+    hint
 }
 
-/// Tries the pair of shapes `hash` picks. On a replay returns None, with `out` filled; otherwise
-/// the pair's shape that did not answer last, emptied for the walk that follows to fill.
+/// Tries the pair of shapes `hash` picks. On a replay returns the shape's key and memo, with
+/// `out` filled; otherwise the pair's shape that did not answer last, emptied for the walk that
+/// follows to fill.
 #[inline(always)]
 fn replay_or_make_way<'a, const N: usize>(
     table: &'a mut Shapes<N>,
@@ -434,7 +452,7 @@ fn replay_or_make_way<'a, const N: usize>(
     regs: &Regs,
     b: &Bounds,
     out: &mut [usize; NFRAMES],
-) -> Option<&'a mut Shape> {
+) -> Result<Hint, &'a mut Shape> {
     // The product's top bits are the well-mixed ones.
     let set = (hash >> (64 - N.trailing_zeros())) as usize & !1;
     // The shape that answered last is tried first: a pair's walks tend to come in runs.
@@ -442,7 +460,8 @@ fn replay_or_make_way<'a, const N: usize>(
     for way in [first, first ^ 1] {
         if replay(&table.shapes[set + way], regs.sp, regs.bp, b, out) {
             table.recent[set] = way as u8;
-            return None;
+            let shape = &mut table.shapes[set + way];
+            return Ok(Hint::kept(shape.key, &mut shape.memo));
         }
     }
     let which = first ^ 1;
@@ -451,7 +470,8 @@ fn replay_or_make_way<'a, const N: usize>(
     shape.len = 0;
     shape.bp0 = None;
     shape.span = 0;
-    Some(shape)
+    shape.memo = 0;
+    Err(shape)
 }
 
 /// Gives the thread a large table of shapes, if one can be had; its small table's shapes stay
@@ -559,6 +579,7 @@ fn full_walk(
     out[n..].fill(0);
     if rec.ok {
         rec.shape.frames = *out;
+        rec.shape.key = stack_counts::key(out);
     } else {
         rec.shape.len = 0;
     }
@@ -674,7 +695,7 @@ mod tests {
     #[inline(never)]
     fn nest(depth: usize, out: &mut [usize; NFRAMES]) -> bool {
         if depth == 0 {
-            capture(here(), out, |_| false)
+            capture(here(), out, |_| false).key != 0
         } else {
             let r = nest(depth - 1, out);
             core::hint::black_box(depth);
@@ -715,7 +736,7 @@ mod tests {
         }
         for which in 0..2 {
             if which == 0 {
-                assert!(capture(here(), fast, |_| false));
+                assert!(capture(here(), fast, |_| false).key != 0);
             } else {
                 backtrace::trace(|f| {
                     slow.push(f.ip() as usize);
@@ -793,7 +814,7 @@ mod tests {
     #[inline(never)]
     fn fork_path(path: usize, level: usize, out: &mut [usize; NFRAMES]) -> bool {
         if level == 0 {
-            capture(here(), out, |_| false)
+            capture(here(), out, |_| false).key != 0
         } else if path & 1 == 0 {
             left(path >> 1, level - 1, out)
         } else {

@@ -26,6 +26,7 @@ mod thread_tables;
 use crate::header::NFRAMES;
 #[cfg(target_arch = "x86_64")]
 use crate::options::Unwinder;
+use crate::stack_counts::Hint;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 static OWN_LO: AtomicUsize = AtomicUsize::new(0);
@@ -123,24 +124,31 @@ pub fn here() -> Origin {
     Origin
 }
 
-/// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest. The
-/// caller holds the reentrancy guard, since either unwinder may allocate on first use.
-pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) {
+/// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest, and
+/// returns what the per-stack counts need of the stack: its key, and, from the cached walker's
+/// stack shapes, where its counts went last (`stack_counts::Hint`). The caller holds the
+/// reentrancy guard, since either unwinder may allocate on first use.
+#[inline(always)]
+pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) -> Hint {
     // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
     #[cfg(target_arch = "x86_64")]
-    if crate::options::get().unwinder == Unwinder::Fast && fast::capture(from, out, is_own) {
-        return;
+    if crate::options::get().unwinder == Unwinder::Fast {
+        let hint = fast::capture(from, out, is_own);
+        if hint.key != 0 {
+            return hint;
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = from;
-    *out = [0; NFRAMES];
-    capture_backtrace(out);
+    capture_backtrace(out)
 }
 
 /// The platform unwinder (`_Unwind_Backtrace`, through the `backtrace` crate): selectable with
 /// `unwinder=backtrace`, and the fallback when the bounds of the stack a walk starts on
 /// cannot be found (a process without `/proc`).
-fn capture_backtrace(out: &mut [usize; NFRAMES]) {
+#[inline(never)]
+fn capture_backtrace(out: &mut [usize; NFRAMES]) -> Hint {
+    *out = [0; NFRAMES];
     let mut n = 0;
     // SAFETY: `trace_unsynchronized` is unsafe only because it must not run concurrently with
     // itself on one thread; the reentrancy guard held by our caller rules that out.
@@ -158,6 +166,7 @@ fn capture_backtrace(out: &mut [usize; NFRAMES]) {
             n < NFRAMES
         });
     }
+    Hint::bare(crate::stack_counts::key(out))
 }
 
 /// Notes that the program is unmapping `[start, end)`, so no walk reads there through the
