@@ -45,7 +45,12 @@ impl Drop for Target {
 
 /// Starts `fixture args` preloaded and waits (at most a minute) for its "ready" line.
 pub fn start(fixture: &str, args: &[&str]) -> Target {
-    let mut cmd = common::preloaded(common::fixture(fixture), "", None);
+    start_with_opts(fixture, "", args)
+}
+
+/// `start`, with `DMEM_OPTS=opts`.
+pub fn start_with_opts(fixture: &str, opts: &str, args: &[&str]) -> Target {
+    let mut cmd = common::preloaded(common::fixture(fixture), opts, None);
     cmd.args(args);
     start_command(cmd, fixture)
 }

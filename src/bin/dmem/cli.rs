@@ -452,7 +452,12 @@ pub struct FlamegraphArgs {
 /// ever slower, like a cache filling), linear, accelerating. Ctrl-C prints a summary.
 ///
 /// The header line gives the totals, how long the read took and how many of the lists changed
-/// too fast to be read whole (their blocks are counted as read).
+/// too fast to be read whole (their blocks are counted as read). Each stack's last column is a
+/// sparkline of its live bytes over the samples. For a process run with
+/// DMEM_OPTS=count-allocs, each sample after the first also lists the stacks that allocated
+/// most since the one before: allocations, temporary allocations (blocks freed by their thread
+/// before it allocated again) and frees, and per second (with history-allocs instead, the same
+/// from the free history, as lower bounds).
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct TopArgs {
@@ -480,7 +485,9 @@ pub struct TopArgs {
 /// stack, symbolises the frames and writes the snapshot. A pprof profile is gzipped
 /// profile.proto with the sample types inuse_objects/count and inuse_space/bytes (the default),
 /// one sample per stack labelled with the allocating threads' ids (thread_id), functions, files
-/// and lines (inlined functions too), and the mapped objects with their build ids. Open it with
+/// and lines (inlined functions too), and the mapped objects with their build ids. A process
+/// run with DMEM_OPTS=count-allocs adds Go's alloc_objects and alloc_space (and
+/// temporary_objects), with a sample for every stack that ever allocated. Open it with
 /// 'pprof -http=: FILE' or in speedscope.
 #[derive(Args, Debug)]
 #[command(

@@ -54,8 +54,10 @@ pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
         })
         .collect();
 
+    // Stacks that hold no live block (listed with what they allocated) did not change the heap.
+    let holds = |s: &&Stack| s.bytes != 0 || s.blocks != 0;
     let mut base_by_key: HashMap<Vec<(String, u64)>, &Stack> = HashMap::new();
-    for s in &base.stacks {
+    for s in base.stacks.iter().filter(holds) {
         base_by_key
             .entry(base.stack_key(s))
             .and_modify(|e| {
@@ -67,14 +69,14 @@ pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
             .or_insert(s);
     }
     let mut base_sums: HashMap<Vec<(String, u64)>, (i64, i64)> = HashMap::new();
-    for s in &base.stacks {
+    for s in base.stacks.iter().filter(holds) {
         let e = base_sums.entry(base.stack_key(s)).or_default();
         e.0 += s.bytes;
         e.1 += s.blocks;
     }
 
     let mut new_sums: HashMap<Vec<(String, u64)>, Stack> = HashMap::new();
-    for s in &new.stacks {
+    for s in new.stacks.iter().filter(holds) {
         new_sums
             .entry(new.stack_key(s))
             .and_modify(|e| {
@@ -154,6 +156,7 @@ impl Diff {
                     blocks: c.delta_blocks,
                     tids: c.stack.tids.clone(),
                     frames: c.stack.frames.clone(),
+                    allocated: None,
                 })
                 .collect(),
             ..Snapshot::default()
@@ -339,6 +342,7 @@ mod tests {
                         object: Some(0),
                         lines: vec![],
                     }],
+                    allocated: None,
                 })
                 .collect(),
             ..Snapshot::default()

@@ -7,6 +7,7 @@ use crate::model::snapshot::{self, Snapshot};
 use crate::model::text::thousands;
 use crate::source::elf::{self, Kind};
 use crate::source::image::{Image, Target};
+use crate::source::stack_counts;
 use crate::{failed, usage, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -55,8 +56,13 @@ impl Source {
                 let started = Instant::now();
                 let walk = image.walk()?;
                 let read_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+                // Read after the walk, so that a stack's frees (its allocations less its live
+                // blocks) are never below zero in a running process.
+                let counts = stack_counts::read(&*image.mem, &image.layout)
+                    .map_err(|e| failed(format!("{}: the per-stack counts: {e}", image.name)))?;
                 Ok(snapshot::from_walk(
                     &walk,
+                    counts.as_ref(),
                     image.maps,
                     image.exe.as_deref(),
                     image.name,
@@ -132,11 +138,27 @@ pub fn command(words: &[OsString], output: &Path, format: Format) -> Result<i32>
                 if n == 1 { one } else { many }
             )
         };
+        let holding = snap.stacks.iter().filter(|s| s.blocks != 0).count();
+        let counted = if snap.counted() {
+            let all: i64 = snap
+                .stacks
+                .iter()
+                .filter_map(|s| s.allocated)
+                .map(|a| a.blocks)
+                .sum();
+            format!(
+                "; {} counted since it started, from {}",
+                plural(all + snap.unattributed.blocks, "allocation", "allocations"),
+                plural(snap.stacks.len() as i64, "stack", "stacks")
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "dmem snapshot: {} in {} from {} of {} written to {}",
+            "dmem snapshot: {} in {} from {} of {} written to {}{counted}",
             plural(snap.live_bytes(), "byte", "bytes"),
             plural(snap.live_blocks(), "block", "blocks"),
-            plural(snap.stacks.len() as i64, "stack", "stacks"),
+            plural(holding as i64, "stack", "stacks"),
             snap.source,
             show(output)
         );

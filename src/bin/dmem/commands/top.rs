@@ -16,6 +16,7 @@ use crate::source::heapwalk::{self, WalkOptions};
 use crate::source::history::{self, Kind};
 use crate::source::live::{self, LiveProcess};
 use crate::source::mappings::Mappings;
+use crate::source::stack_counts::{self, StackCounts};
 use crate::sys::{self, INTERRUPTED};
 use crate::Result;
 use std::collections::HashMap;
@@ -39,19 +40,78 @@ struct Watch {
     /// The time of the newest history event at the last sample (the target's clock), and the
     /// events recorded by then.
     events_seen: Option<(u64, u64)>,
+    /// The library's per-stack counts at the last sample (`count-allocs`), and when.
+    counted: Option<(f64, StackCounts)>,
 }
 
-/// Allocations between two samples, from the history (`history-allocs`): heaptrack's
-/// "temporary allocations", blocks allocated and freed again within the interval.
+/// Allocations between two samples: counted exactly by the library (`count-allocs`), or else
+/// from the history (`history-allocs`).
 struct Temporary {
     seconds: f64,
-    /// Events of the interval the rings still held, and all the process recorded in it: fewer
-    /// kept than recorded makes every count a lower bound.
+    /// From the library's counts.
+    exact: bool,
+    /// For the history: the events of the interval the rings still held, and all the process
+    /// recorded in it: fewer kept than recorded makes every count a lower bound.
     kept: usize,
     recorded: u64,
-    /// Per allocation stack: allocations, and how many of those blocks were freed again in the
-    /// interval; most allocations first.
-    stacks: Vec<(Vec<u64>, u64, u64)>,
+    /// Per allocation stack, most allocations first.
+    stacks: Vec<Interval>,
+}
+
+/// One stack's allocations in an interval.
+struct Interval {
+    pcs: Vec<u64>,
+    allocs: u64,
+    /// Counted: the temporary allocations (blocks freed by their thread before it allocated
+    /// again, heaptrack's definition). From the history: the blocks allocated in the interval
+    /// and freed again within it.
+    temporary: u64,
+    /// Counted only: the stack's blocks freed in the interval, whenever allocated.
+    frees: Option<u64>,
+}
+
+/// The allocations of the interval since the last sample, from the library's counts: None at
+/// the first sample (it only sets the start), and for a process that does not count.
+fn counted(
+    target: &LiveProcess,
+    at: f64,
+    since: &mut Option<(f64, StackCounts)>,
+    stacks: &HashMap<Box<[u64]>, History>,
+    limit: usize,
+) -> Option<Temporary> {
+    let now = stack_counts::read(&target.mem, &target.layout).ok()??;
+    let (then, before) = since.replace((at, now.clone()))?;
+    let mut out: Vec<Interval> = Vec::new();
+    for (pcs, c) in &now.stacks {
+        let b = before.stacks.get(pcs).copied().unwrap_or_default();
+        let allocs = c.allocs.saturating_sub(b.allocs);
+        if allocs == 0 {
+            continue;
+        }
+        // Frees are allocations less the change in live blocks, which the last two samples read.
+        let live = stacks.get(pcs).map_or((0, 0), |h| {
+            let n = h.blocks.len();
+            (
+                h.blocks.get(n.wrapping_sub(2)).copied().unwrap_or(0),
+                h.blocks[n - 1],
+            )
+        });
+        out.push(Interval {
+            pcs: pcs.to_vec(),
+            allocs,
+            temporary: c.temporary.saturating_sub(b.temporary),
+            frees: Some((allocs + live.0).saturating_sub(live.1)),
+        });
+    }
+    out.sort_by(|a, b| b.allocs.cmp(&a.allocs).then_with(|| a.pcs.cmp(&b.pcs)));
+    out.truncate(limit);
+    Some(Temporary {
+        seconds: at - then,
+        exact: true,
+        kept: 0,
+        recorded: 0,
+        stacks: out,
+    })
 }
 
 /// What the history says of the interval since the last sample; None at the first sample (it
@@ -67,29 +127,35 @@ fn temporary(target: &LiveProcess, since: &mut Option<(u64, u64)>, limit: usize)
     }
     window.sort_by_key(|e| e.time_ns);
     let mut live: HashMap<u64, usize> = HashMap::new();
-    let mut stacks: Vec<(Vec<u64>, u64, u64)> = Vec::new();
+    let mut stacks: Vec<Interval> = Vec::new();
     let mut index: HashMap<&[u64], usize> = HashMap::new();
     for e in &window {
         match e.kind {
             Kind::Alloc => {
                 let i = *index.entry(&e.alloc_stack).or_insert_with(|| {
-                    stacks.push((e.alloc_stack.clone(), 0, 0));
+                    stacks.push(Interval {
+                        pcs: e.alloc_stack.clone(),
+                        allocs: 0,
+                        temporary: 0,
+                        frees: None,
+                    });
                     stacks.len() - 1
                 });
-                stacks[i].1 += 1;
+                stacks[i].allocs += 1;
                 live.insert(e.addr, i);
             }
             Kind::Free => {
                 if let Some(i) = live.remove(&e.addr) {
-                    stacks[i].2 += 1;
+                    stacks[i].temporary += 1;
                 }
             }
         }
     }
-    stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    stacks.sort_by(|a, b| b.allocs.cmp(&a.allocs).then_with(|| a.pcs.cmp(&b.pcs)));
     stacks.truncate(limit);
     Some(Temporary {
         seconds: (newest - start) as f64 / 1e9,
+        exact: false,
         kept: window.len(),
         recorded: h.recorded.saturating_sub(recorded_before),
         stacks,
@@ -119,6 +185,7 @@ pub fn main(args: TopArgs) -> Result<i32> {
         stacks: HashMap::new(),
         sym: Symbolizer::new(target.maps.clone()),
         events_seen: None,
+        counted: None,
     };
     let interval = Duration::from_secs_f64(args.interval);
     let started = Instant::now();
@@ -180,7 +247,10 @@ pub fn main(args: TopArgs) -> Result<i32> {
             watch.sym.set_mappings(maps);
         }
         let rows = watch.rows(args.limit, |h| *h.bytes.last().unwrap_or(&0));
-        let temps = temporary(&target, &mut watch.events_seen, args.limit);
+        // The library's counts where the process keeps them; the history's lower bounds else.
+        let at = *watch.times.last().unwrap_or(&0.0);
+        let temps = counted(&target, at, &mut watch.counted, &watch.stacks, args.limit)
+            .or_else(|| temporary(&target, &mut watch.events_seen, args.limit));
         let live_blocks = walk.blocks.len() as u64;
         let live_bytes = walk.live_bytes();
         let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
@@ -313,47 +383,79 @@ impl Watch {
     }
 
     fn json_temporary(&mut self, t: &Temporary) -> Vec<TemporaryStack> {
+        let per_s = |n: u64| (n as f64 / t.seconds.max(1e-9) * 10.0).round() / 10.0;
         t.stacks
             .iter()
-            .map(|(pcs, allocs, freed)| TemporaryStack {
-                allocs: *allocs,
-                allocs_per_s: (*allocs as f64 / t.seconds.max(1e-9) * 10.0).round() / 10.0,
-                freed_in_interval: *freed,
-                frames: self.json_frames(pcs),
+            .map(|s| TemporaryStack {
+                allocs: s.allocs,
+                allocs_per_s: per_s(s.allocs),
+                freed_in_interval: (!t.exact).then_some(s.temporary),
+                temporary: t.exact.then_some(s.temporary),
+                temporary_per_s: t.exact.then(|| per_s(s.temporary)),
+                frees: s.frees,
+                frames: self.json_frames(&s.pcs),
             })
             .collect()
     }
 
     fn print_temporary(&mut self, o: &mut impl Write, t: &Temporary) -> std::io::Result<()> {
-        writeln!(
-            o,
-            "allocations in the last {:.1} s, from the history (history-allocs){}:",
-            t.seconds,
-            if (t.kept as u64) < t.recorded {
-                format!(
-                    "; the rings kept {} of the {} events, so these are lower bounds",
-                    thousands(t.kept as u64),
-                    thousands(t.recorded)
-                )
-            } else {
-                String::new()
-            }
-        )?;
-        writeln!(
-            o,
-            "{:>14} {:>14} {:>22}",
-            "allocs", "per second", "freed within it"
-        )?;
-        for (pcs, allocs, freed) in &t.stacks {
+        let per_s = |n: u64| thousands((n as f64 / t.seconds.max(1e-9)).round() as u64);
+        let share = |part: u64, of: u64| format!("({:>3}%)", part * 100 / of.max(1));
+        if t.exact {
             writeln!(
                 o,
-                "{:>14} {:>14} {:>14} ({:>3}%)",
-                thousands(*allocs),
-                thousands((*allocs as f64 / t.seconds.max(1e-9)).round() as u64),
-                thousands(*freed),
-                freed * 100 / (*allocs).max(1)
+                "allocations in the last {:.1} s, counted by the library (count-allocs):",
+                t.seconds
             )?;
-            for f in self.frames(pcs) {
+            writeln!(
+                o,
+                "{:>14} {:>14} {:>21} {:>14} {:>14}",
+                "allocs", "per second", "temporary", "per second", "frees"
+            )?;
+        } else {
+            writeln!(
+                o,
+                "allocations in the last {:.1} s, from the history (history-allocs){}:",
+                t.seconds,
+                if (t.kept as u64) < t.recorded {
+                    format!(
+                        "; the rings kept {} of the {} events, so these are lower bounds",
+                        thousands(t.kept as u64),
+                        thousands(t.recorded)
+                    )
+                } else {
+                    String::new()
+                }
+            )?;
+            writeln!(
+                o,
+                "{:>14} {:>14} {:>22}",
+                "allocs", "per second", "freed within it"
+            )?;
+        }
+        for s in &t.stacks {
+            if t.exact {
+                writeln!(
+                    o,
+                    "{:>14} {:>14} {:>14} {} {:>14} {:>14}",
+                    thousands(s.allocs),
+                    per_s(s.allocs),
+                    thousands(s.temporary),
+                    share(s.temporary, s.allocs),
+                    per_s(s.temporary),
+                    thousands(s.frees.unwrap_or(0))
+                )?;
+            } else {
+                writeln!(
+                    o,
+                    "{:>14} {:>14} {:>14} {}",
+                    thousands(s.allocs),
+                    per_s(s.allocs),
+                    thousands(s.temporary),
+                    share(s.temporary, s.allocs)
+                )?;
+            }
+            for f in self.frames(&s.pcs) {
                 writeln!(o, "        {}", frames::text(&f))?;
             }
         }

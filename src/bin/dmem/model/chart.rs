@@ -396,6 +396,11 @@ fn hover(view: &View, band: &Band) -> String {
     s
 }
 
+/// A rate as the tables give it: a whole number, in thousands.
+fn per_s(v: f64) -> String {
+    thousands(v.round().max(0.0) as u64)
+}
+
 /// One self-contained page: the chart, a table of its stacks with their whole stacks, and the
 /// profiles it was drawn from.
 pub fn html(view: &View) -> String {
@@ -424,9 +429,17 @@ pub fn html(view: &View) -> String {
     );
     o.push_str(&svg(view));
 
-    o.push_str(
+    // Rates where the process counted its allocations (`count-allocs`).
+    let counted = view.bands.iter().any(|b| b.rates.is_some());
+    let _ = write!(
+        o,
         "<h2>Stacks</h2>\n<table class=\"stacks\">\n<thead><tr><th>#</th><th class=\"stack\">stack (innermost frame of the program; open for every frame)</th>\
-         <th>peak</th><th>at</th><th>first</th><th>last</th><th class=\"stack\">over time</th></tr></thead>\n<tbody>\n",
+         <th>peak</th><th>at</th><th>first</th><th>last</th>{}<th class=\"stack\">over time</th></tr></thead>\n<tbody>\n",
+        if counted {
+            "<th>allocations per second</th><th>temporary per second</th>"
+        } else {
+            ""
+        }
     );
     for (rank, band) in view.stacked().enumerate() {
         let (peak, at) =
@@ -439,10 +452,19 @@ pub fn html(view: &View) -> String {
             None => format!("the other {} stacks, summed", view.others),
         };
         let line: Vec<u64> = band.bytes.iter().map(|&b| b.max(0) as u64).collect();
+        let rates = match (counted, band.rates) {
+            (false, _) => String::new(),
+            (true, Some(r)) => format!(
+                "<td>{}</td><td>{}</td>",
+                per_s(r.allocs_per_s),
+                per_s(r.temporary_per_s)
+            ),
+            (true, None) => "<td></td><td></td>".to_owned(),
+        };
         let _ = writeln!(
             o,
             "<tr><td>{}</td><td class=\"stack\"><details><summary><span class=\"swatch\" style=\"background:{}\"></span>{}</summary><pre>{}</pre></details></td>\
-             <td title=\"{} bytes\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"spark\">{}</td></tr>",
+             <td title=\"{} bytes\">{}</td><td>{}</td><td>{}</td><td>{}</td>{rates}<td class=\"spark\">{}</td></tr>",
             if band.track.is_some() { (rank + 1).to_string() } else { String::new() },
             colour(band, rank),
             escape(&band.label),
@@ -456,6 +478,26 @@ pub fn html(view: &View) -> String {
         );
     }
     o.push_str("</tbody>\n</table>\n");
+
+    if !view.allocating.is_empty() {
+        o.push_str(
+            "<h2>Stacks that allocated most</h2>\n<p>Counted by the library (<code>DMEM_OPTS=count-allocs</code>) between the first and the last profile. A temporary allocation is a block its thread freed before it allocated again.</p>\n\
+             <table class=\"allocating\">\n<thead><tr><th class=\"stack\">stack</th><th>allocations</th><th>per second</th><th>temporary</th><th>per second</th></tr></thead>\n<tbody>\n",
+        );
+        for a in &view.allocating {
+            let _ = writeln!(
+                o,
+                "<tr><td class=\"stack\"><details><summary>{}</summary><pre>{}</pre></details></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&a.label),
+                escape(&a.track.lines.join("\n")),
+                thousands(a.rates.allocs.max(0) as u64),
+                per_s(a.rates.allocs_per_s),
+                thousands(a.rates.temporary.max(0) as u64),
+                per_s(a.rates.temporary_per_s)
+            );
+        }
+        o.push_str("</tbody>\n</table>\n");
+    }
 
     o.push_str(
         "<h2>Profiles</h2>\n<table class=\"profiles\">\n<thead><tr><th>time (UTC)</th><th>since the first</th>\

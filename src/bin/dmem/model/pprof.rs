@@ -7,7 +7,7 @@
 //! fields dmem does not use are left out, which protobuf readers accept (a missing field is its
 //! default), and fields it does not know are skipped when reading.
 
-use crate::model::snapshot::{Frame, Line, Object, Snapshot, Stack};
+use crate::model::snapshot::{Allocated, Frame, Line, Object, Snapshot, Stack};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -173,10 +173,17 @@ impl Strings {
     }
 }
 
+/// The sample type of the temporary allocations, after Go's four: blocks freed by their thread
+/// before it allocated again.
+pub const TEMPORARY: &str = "temporary_objects";
+
 /// The snapshot as a Profile message. Counts may be negative (a diff), as `pprof -diff_base`
-/// produces too.
+/// produces too. A snapshot of a process that counted its allocations carries Go's heap profile
+/// sample types, `alloc_objects`, `alloc_space`, `inuse_objects` and `inuse_space`, and then
+/// `temporary_objects`; otherwise only the two `inuse` ones.
 pub fn to_profile(snap: &Snapshot) -> Profile {
     let mut strings = Strings::new();
+    let counted = snap.counted();
     let objects = strings.get("inuse_objects");
     let count = strings.get("count");
     let space = strings.get("inuse_space");
@@ -269,9 +276,16 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
             };
             ids.push(id);
         }
+        let value = match (counted, s.allocated) {
+            (true, a) => {
+                let a = a.unwrap_or_default();
+                vec![a.blocks, a.bytes, s.blocks, s.bytes, a.temporary]
+            }
+            (false, _) => vec![s.blocks, s.bytes],
+        };
         sample.push(Sample {
             location_id: ids,
-            value: vec![s.blocks, s.bytes],
+            value,
             label: s
                 .tids
                 .iter()
@@ -288,17 +302,27 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
     if let Some(note) = snap.inconsistency() {
         comment.push(strings.get(&format!("dmem: {note}")));
     }
+    let u = snap.unattributed;
+    if counted && u.blocks != 0 {
+        comment.push(strings.get(&format!(
+            "dmem: {} allocations ({} bytes, {} temporary) could not be told by stack",
+            u.blocks, u.bytes, u.temporary
+        )));
+    }
+    let vt = |r#type, unit| ValueType { r#type, unit };
+    let sample_type = if counted {
+        vec![
+            vt(strings.get("alloc_objects"), count),
+            vt(strings.get("alloc_space"), bytes),
+            vt(objects, count),
+            vt(space, bytes),
+            vt(strings.get(TEMPORARY), count),
+        ]
+    } else {
+        vec![vt(objects, count), vt(space, bytes)]
+    };
     Profile {
-        sample_type: vec![
-            ValueType {
-                r#type: objects,
-                unit: count,
-            },
-            ValueType {
-                r#type: space,
-                unit: bytes,
-            },
-        ],
+        sample_type,
         sample,
         mapping,
         location,
@@ -354,10 +378,14 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         return Err("not a pprof profile: its string table does not start with \"\"".into());
     }
     let mut col = (None, None);
+    let mut alloc_col = (None, None, None);
     for (i, t) in p.sample_type.iter().enumerate() {
         match s(t.r#type)? {
             "inuse_objects" => col.0 = Some(i),
             "inuse_space" => col.1 = Some(i),
+            "alloc_objects" => alloc_col.0 = Some(i),
+            "alloc_space" => alloc_col.1 = Some(i),
+            TEMPORARY => alloc_col.2 = Some(i),
             _ => {}
         }
     }
@@ -427,11 +455,20 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
                     .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let allocated = match alloc_col {
+            (Some(b), Some(y), t) => Some(Allocated {
+                blocks: value(b),
+                bytes: value(y),
+                temporary: t.map_or(0, value),
+            }),
+            _ => None,
+        };
         stacks.push(Stack {
             blocks: value(blocks_col),
             bytes: value(bytes_col),
             tids,
             frames,
+            allocated,
         });
     }
     let source = p
@@ -467,6 +504,27 @@ mod tests {
         let mut want = snap.clone();
         want.sort();
         assert_eq!(back, want);
+        // Go's four heap sample types and the temporary allocations, for a counted process.
+        let p = to_profile(&snap);
+        let names: Vec<&str> = p
+            .sample_type
+            .iter()
+            .map(|t| p.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "alloc_objects",
+                "alloc_space",
+                "inuse_objects",
+                "inuse_space",
+                TEMPORARY
+            ]
+        );
+        // One that did not count has the two inuse ones only.
+        let mut uncounted = snap.clone();
+        uncounted.stacks.iter_mut().for_each(|s| s.allocated = None);
+        assert_eq!(to_profile(&uncounted).sample_type.len(), 2);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct Track {
     pub frames: Vec<JsonFrame>,
     /// Point index, bytes and blocks, in point order, where the stack held any.
     values: Vec<(usize, i64, i64)>,
+    /// Where the process counted its allocations (`count-allocs`): at the earliest and the
+    /// latest point that counted them, the point, its time, and the blocks allocated and the
+    /// temporary allocations ever; all a rate over the recording needs, whatever its length.
+    allocated: Option<[Counted; 2]>,
     /// Its most bytes, and the first point where it held them.
     pub peak: (i64, usize),
 }
@@ -50,6 +54,61 @@ impl Track {
         }
         (bytes, blocks)
     }
+
+    /// Allocations and temporary allocations between the first and the last point that
+    /// counted them, and per second: exact, since the counts are the process's own.
+    pub fn allocations(&self, seconds: &[f64]) -> Option<Rates> {
+        let [first, last] = self.allocated?;
+        let span = seconds[last.point] - seconds[first.point];
+        let (allocs, temporary) = (last.blocks - first.blocks, last.temporary - first.temporary);
+        (span > 0.0).then(|| Rates {
+            allocs,
+            temporary,
+            allocs_per_s: allocs as f64 / span,
+            temporary_per_s: temporary as f64 / span,
+        })
+    }
+
+    /// Notes the counts at a point; a stack listed twice in one snapshot is summed.
+    fn count(&mut self, now: Counted) {
+        let Some(ends) = &mut self.allocated else {
+            self.allocated = Some([now; 2]);
+            return;
+        };
+        let mut summed = false;
+        for end in ends.iter_mut().filter(|e| e.point == now.point) {
+            end.blocks += now.blocks;
+            end.temporary += now.temporary;
+            summed = true;
+        }
+        if summed {
+            return;
+        }
+        if now.time < ends[0].time {
+            ends[0] = now;
+        }
+        if now.time > ends[1].time {
+            ends[1] = now;
+        }
+    }
+}
+
+/// A stack's counts at one point.
+#[derive(Clone, Copy, Debug)]
+struct Counted {
+    point: usize,
+    time: i64,
+    blocks: i64,
+    temporary: i64,
+}
+
+/// What a stack allocated over a recording, from the process's counts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    pub allocs: i64,
+    pub temporary: i64,
+    pub allocs_per_s: f64,
+    pub temporary_per_s: f64,
 }
 
 /// Snapshots in the order they were added, and every stack over them.
@@ -76,8 +135,12 @@ impl Series {
             live_bytes: snap.live_bytes(),
             live_blocks: snap.live_blocks(),
         });
-        for s in snap.stacks.iter().filter(|s| s.bytes != 0 || s.blocks != 0) {
+        for s in &snap.stacks {
             let key = snap.stack_key(s);
+            let holds = s.bytes != 0 || s.blocks != 0;
+            if !holds && s.allocated.is_none() {
+                continue;
+            }
             let k = match self.index.get(&key) {
                 Some(&k) => k,
                 None => {
@@ -86,6 +149,7 @@ impl Series {
                         lines: snapshot::describe_frames(&snap.objects, &s.frames),
                         frames: snapjson::frames(&snap.objects, &s.frames),
                         values: Vec::new(),
+                        allocated: None,
                         peak: (0, at),
                     });
                     self.index.insert(key, self.tracks.len() - 1);
@@ -94,6 +158,17 @@ impl Series {
             };
             let t = &mut self.tracks[k];
             // A profile may list one stack twice (two runs' addresses that fold into one key).
+            if let Some(a) = s.allocated {
+                t.count(Counted {
+                    point: at,
+                    time: snap.time_nanos,
+                    blocks: a.blocks,
+                    temporary: a.temporary,
+                });
+            }
+            if !holds {
+                continue;
+            }
             match t.values.last_mut() {
                 Some(last) if last.0 == at => {
                     last.1 += s.bytes;
@@ -125,6 +200,9 @@ impl Series {
         for t in &mut self.tracks {
             for v in &mut t.values {
                 v.0 = new_index[v.0];
+            }
+            for c in t.allocated.iter_mut().flatten() {
+                c.point = new_index[c.point];
             }
             t.values.sort_by_key(|v| v.0);
             let peak = t.values.iter().map(|v| v.1).max().unwrap_or(0);
@@ -185,6 +263,7 @@ impl Series {
             bands.push(Band {
                 label: labels.next().unwrap_or_default(),
                 track: Some(track),
+                rates: track.allocations(&seconds),
                 bytes,
                 blocks,
             });
@@ -198,15 +277,34 @@ impl Series {
         let other = Band {
             label: "other".into(),
             track: None,
+            rates: None,
             bytes: other_bytes,
             blocks: other_blocks,
         };
+        let mut busy: Vec<(&Track, Rates)> = self
+            .tracks
+            .iter()
+            .filter_map(|t| Some((t, t.allocations(&seconds).filter(|r| r.allocs > 0)?)))
+            .collect();
+        busy.sort_by(|a, b| {
+            b.1.allocs
+                .cmp(&a.1.allocs)
+                .then_with(|| a.0.names.cmp(&b.0.names))
+        });
+        busy.truncate(limit);
+        let names: Vec<&[String]> = busy.iter().map(|(t, _)| t.names.as_slice()).collect();
+        let allocating = distinct(&names)
+            .into_iter()
+            .zip(busy)
+            .map(|(label, (track, rates))| Allocating { label, track, rates })
+            .collect();
         View {
             series: self,
             seconds,
             bands,
             other,
             others,
+            allocating,
         }
     }
 }
@@ -220,6 +318,15 @@ pub struct Band<'a> {
     /// Per point.
     pub bytes: Vec<i64>,
     pub blocks: Vec<i64>,
+    /// What it allocated over the recording, where the process counted it.
+    pub rates: Option<Rates>,
+}
+
+/// A stack among those that allocated most over the recording, whether or not it held memory.
+pub struct Allocating<'a> {
+    pub label: String,
+    pub track: &'a Track,
+    pub rates: Rates,
 }
 
 /// What a chart draws: the top stacks as bands, highest peak first, and the rest as one.
@@ -231,6 +338,9 @@ pub struct View<'a> {
     pub other: Band<'a>,
     /// How many stacks "other" holds.
     pub others: usize,
+    /// Where the process counted its allocations: the stacks that allocated most, most first
+    /// (temporary allocations, which hold memory only for a moment, are mostly here).
+    pub allocating: Vec<Allocating<'a>>,
 }
 
 impl View<'_> {
@@ -331,6 +441,9 @@ pub struct JsonSeries<'a> {
     pub profiles: Vec<JsonPoint<'a>>,
     pub stacks: Vec<JsonTrack<'a>>,
     pub other: JsonOther<'a>,
+    /// Where the process counted its allocations: the stacks that allocated most.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocating: Vec<JsonAllocating<'a>>,
 }
 
 #[derive(Serialize)]
@@ -352,6 +465,39 @@ pub struct JsonTrack<'a> {
     /// Per profile, in the order of `profiles`.
     pub bytes: &'a [i64],
     pub blocks: &'a [i64],
+    /// Where the process counted its allocations (`count-allocs`): what it allocated between
+    /// the first and the last profile that counted, and per second.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<JsonRates>,
+    pub frames: &'a [JsonFrame],
+}
+
+#[derive(Serialize)]
+pub struct JsonRates {
+    pub allocs: i64,
+    pub temporary: i64,
+    pub allocs_per_s: f64,
+    pub temporary_per_s: f64,
+}
+
+impl From<Rates> for JsonRates {
+    fn from(r: Rates) -> JsonRates {
+        let round = |v: f64| (v * 10.0).round() / 10.0;
+        JsonRates {
+            allocs: r.allocs,
+            temporary: r.temporary,
+            allocs_per_s: round(r.allocs_per_s),
+            temporary_per_s: round(r.temporary_per_s),
+        }
+    }
+}
+
+/// A stack among those that allocated most.
+#[derive(Serialize)]
+pub struct JsonAllocating<'a> {
+    pub label: &'a str,
+    #[serde(flatten)]
+    pub allocated: JsonRates,
     pub frames: &'a [JsonFrame],
 }
 
@@ -390,6 +536,7 @@ impl<'a> View<'a> {
                         peak_time: snapjson::seconds(s.points[t.peak.1].time_nanos),
                         bytes: &b.bytes,
                         blocks: &b.blocks,
+                        allocated: b.rates.map(JsonRates::from),
                         frames: &t.frames,
                     })
                 })
@@ -399,6 +546,15 @@ impl<'a> View<'a> {
                 bytes: &self.other.bytes,
                 blocks: &self.other.blocks,
             },
+            allocating: self
+                .allocating
+                .iter()
+                .map(|a| JsonAllocating {
+                    label: &a.label,
+                    allocated: a.rates.into(),
+                    frames: &a.track.frames,
+                })
+                .collect(),
         }
     }
 }
@@ -431,6 +587,7 @@ pub mod tests {
                     lines: vec![line(function, "/src/prog.c", 12)],
                 },
             ],
+            allocated: None,
         }
     }
 
@@ -541,6 +698,41 @@ pub mod tests {
         assert_eq!(v.bands[0].bytes, [100, 300, 300]);
         assert_eq!(series.tracks[0].peak, (300, 1), "first held at the second point");
         assert_eq!(v.bands[1].bytes, [5, 0, 0]);
+    }
+
+    #[test]
+    fn counted_allocations_give_exact_rates_even_of_stacks_that_hold_nothing() {
+        use crate::model::snapshot::Allocated;
+        let mut series = Series::default();
+        // Added out of order, as files are read.
+        for t in [2i64, 0, 1] {
+            let mut s = snap(t, &[("grow", 0x1100, 100 * (t + 1)), ("temp", 0x1200, 0)]);
+            for st in &mut s.stacks {
+                let grow = st.bytes > 0;
+                st.allocated = Some(Allocated {
+                    blocks: if grow { 10 + 20 * t } else { 1000 * t },
+                    bytes: 0,
+                    temporary: if grow { 0 } else { 999 * t },
+                });
+            }
+            series.add(&s, format!("{t}"), false);
+        }
+        series.sort_by_time();
+        let v = series.view(10);
+        // The stack that never holds memory is not drawn, but is among those that allocate.
+        assert_eq!(v.bands.len(), 1);
+        let r = v.bands[0].rates.unwrap();
+        assert_eq!((r.allocs, r.allocs_per_s, r.temporary), (40, 20.0, 0));
+        assert_eq!(v.allocating.len(), 2);
+        assert_eq!(v.allocating[0].label, "temp (prog.c:12)");
+        let r = v.allocating[0].rates;
+        assert_eq!(
+            (r.allocs, r.allocs_per_s, r.temporary, r.temporary_per_s),
+            (2000, 1000.0, 1998, 999.0)
+        );
+        let doc = serde_json::to_value(v.json()).unwrap();
+        assert_eq!(doc["stacks"][0]["allocs_per_s"], 20.0);
+        assert_eq!(doc["allocating"][0]["temporary"], 1998);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! nothing of it is lost. An address inside inlined code gives one frame per function, all
 //! with its `pc`, the inlined ones first and marked `"inlined": true`.
 
-use crate::model::snapshot::{Frame, Line, Object, Snapshot, Stack};
+use crate::model::snapshot::{Allocated, Frame, Line, Object, Snapshot, Stack};
 use serde::{Deserialize, Serialize};
 
 /// One sample of the heap as JSON, the one shape of `dmem top --json` (one per line), `dmem
@@ -39,13 +39,23 @@ pub struct Sample {
     pub temporary: Vec<TemporaryStack>,
 }
 
-/// One stack's allocations between two samples, from the history.
+/// One stack's allocations between two samples: counted by the library (`count-allocs`), or
+/// from the history.
 #[derive(Serialize, Deserialize)]
 pub struct TemporaryStack {
     pub allocs: u64,
     pub allocs_per_s: f64,
-    /// Of those, freed again before the interval ended.
-    pub freed_in_interval: u64,
+    /// From the history: of those, freed again before the interval ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freed_in_interval: Option<u64>,
+    /// Counted: of those, freed by their thread before it allocated again (heaptrack's
+    /// temporary allocations), and the stack's blocks freed in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frees: Option<u64>,
     pub frames: Vec<JsonFrame>,
 }
 
@@ -65,6 +75,14 @@ pub struct SampleStack {
     pub class: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tids: Vec<u32>,
+    /// Where the process counted its allocations (`count-allocs`): the blocks and bytes the
+    /// stack allocated ever, and the temporary allocations among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary_allocs: Option<i64>,
     pub frames: Vec<JsonFrame>,
 }
 
@@ -79,7 +97,20 @@ impl SampleStack {
             rate_bytes_per_min: None,
             class: None,
             tids: Vec::new(),
+            allocs: None,
+            alloc_bytes: None,
+            temporary_allocs: None,
             frames,
+        }
+    }
+
+    /// With what the stack allocated, where that was counted.
+    pub fn with_allocated(self, a: Option<Allocated>) -> SampleStack {
+        SampleStack {
+            allocs: a.map(|a| a.blocks),
+            alloc_bytes: a.map(|a| a.bytes),
+            temporary_allocs: a.map(|a| a.temporary),
+            ..self
         }
     }
 }
@@ -176,9 +207,12 @@ pub fn write(snap: &Snapshot, mut out: impl std::io::Write) -> std::io::Result<(
         stacks: snap
             .stacks
             .iter()
-            .map(|s| SampleStack {
-                tids: s.tids.clone(),
-                ..SampleStack::new(s.bytes, s.blocks, frames(&snap.objects, &s.frames))
+            .map(|s| {
+                SampleStack {
+                    tids: s.tids.clone(),
+                    ..SampleStack::new(s.bytes, s.blocks, frames(&snap.objects, &s.frames))
+                }
+                .with_allocated(s.allocated)
             })
             .collect(),
     };
@@ -235,11 +269,17 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             }
             open = jf.inlined;
         }
+        let allocated = s.allocs.map(|blocks| Allocated {
+            blocks,
+            bytes: s.alloc_bytes.unwrap_or(0),
+            temporary: s.temporary_allocs.unwrap_or(0),
+        });
         stacks.push(Stack {
             bytes: s.bytes,
             blocks: s.blocks,
             tids: s.tids,
             frames,
+            allocated,
         });
     }
     let mut snap = Snapshot {
@@ -254,6 +294,7 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         read_ms: doc.read_ms,
         inconsistent_lists: doc.inconsistent_lists,
         warnings: Vec::new(),
+        unattributed: Allocated::default(),
     };
     snap.sort();
     Ok(snap)

@@ -7,7 +7,8 @@ use crate::model::frames::Namer;
 use crate::model::symbolize::{self, Symbolizer};
 use crate::source::heapwalk;
 use crate::source::mappings::Mappings;
-use std::collections::HashMap;
+use crate::source::stack_counts::StackCounts;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -53,8 +54,19 @@ impl Frame {
     }
 }
 
+/// What a stack allocated over the process's life, where the process counted it
+/// (`DMEM_OPTS=count-allocs`): pprof's `alloc_objects` and `alloc_space`, and the temporary
+/// allocations among them (blocks freed by their thread before it allocated again).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Allocated {
+    pub blocks: i64,
+    pub bytes: i64,
+    pub temporary: i64,
+}
+
 /// The live blocks allocated from one stack. In a diff, the counts are NEW minus BASE and may be
-/// negative.
+/// negative. A process that counted its allocations also lists the stacks that hold no live
+/// block, with what they allocated.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stack {
     pub bytes: i64,
@@ -63,6 +75,8 @@ pub struct Stack {
     pub tids: Vec<u32>,
     /// Innermost first.
     pub frames: Vec<Frame>,
+    /// What it allocated ever, where that was counted.
+    pub allocated: Option<Allocated>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -81,6 +95,8 @@ pub struct Snapshot {
     /// What was wrong with the lists when they were read (broken links, sizes not believed),
     /// as every command words it; not kept in the files.
     pub warnings: Vec<String>,
+    /// Allocations the process counted but its tables had no room to tell by stack.
+    pub unattributed: Allocated,
 }
 
 impl Snapshot {
@@ -100,6 +116,11 @@ impl Snapshot {
 
     pub fn live_blocks(&self) -> i64 {
         self.stacks.iter().map(|s| s.blocks).sum()
+    }
+
+    /// Whether the process counted its allocations per stack (`count-allocs`).
+    pub fn counted(&self) -> bool {
+        self.stacks.iter().any(|s| s.allocated.is_some())
     }
 
     /// Biggest first, then most blocks, then by first frame: the order every output uses.
@@ -135,7 +156,7 @@ impl Snapshot {
     /// `dmem folded` writes them for flame-graph tools; inlined functions get a frame each.
     pub fn folded(&self) -> String {
         let mut acc: HashMap<String, i64> = HashMap::new();
-        for s in &self.stacks {
+        for s in self.stacks.iter().filter(|s| s.bytes != 0 || s.blocks != 0) {
             let mut names: Vec<String> = Vec::new();
             for f in s.frames.iter().rev() {
                 if f.lines.is_empty() || f.function().is_none() {
@@ -159,9 +180,11 @@ impl Snapshot {
     }
 }
 
-/// Groups and symbolises the blocks a walk found.
+/// Groups and symbolises the blocks a walk found, with what each stack allocated where the
+/// process counted it (`counts`): then the stacks that hold no live block are listed too.
 pub fn from_walk(
     walk: &heapwalk::Walk,
+    counts: Option<&StackCounts>,
     maps: Mappings,
     main: Option<&Path>,
     source: String,
@@ -169,6 +192,39 @@ pub fn from_walk(
     read_ms: f64,
 ) -> Snapshot {
     let groups = crate::model::heap::group(&walk.blocks, &walk.stacks);
+    let allocated = |pcs: &[u64]| {
+        counts.map(|c| {
+            let n = c.stacks.get(pcs).copied().unwrap_or_default();
+            Allocated {
+                blocks: n.allocs as i64,
+                bytes: n.bytes as i64,
+                temporary: n.temporary as i64,
+            }
+        })
+    };
+    // Each stack with its live blocks, then those of the counted stacks that hold none.
+    let mut listed: Vec<(&[u64], u64, u64, Vec<u32>)> = groups
+        .iter()
+        .map(|g| {
+            (
+                &walk.stacks[g.stack as usize][..],
+                g.bytes,
+                g.blocks,
+                g.tids.clone(),
+            )
+        })
+        .collect();
+    if let Some(c) = counts {
+        let live: HashSet<&[u64]> = listed.iter().map(|l| l.0).collect();
+        let mut gone: Vec<&[u64]> = c
+            .stacks
+            .keys()
+            .map(|k| &k[..])
+            .filter(|k| !live.contains(k))
+            .collect();
+        gone.sort_unstable();
+        listed.extend(gone.into_iter().map(|k| (k, 0, 0, Vec::new())));
+    }
 
     let mut maps = maps;
     crate::source::elf::fill_build_ids(&mut maps);
@@ -176,9 +232,8 @@ pub fn from_walk(
     let mut objects: Vec<Object> = Vec::new();
     // The executable mapping's start, to its index in `objects`.
     let mut object_at: HashMap<u64, usize> = HashMap::new();
-    let mut stacks = Vec::with_capacity(groups.len());
-    for g in &groups {
-        let pcs = &walk.stacks[g.stack as usize];
+    let mut stacks = Vec::with_capacity(listed.len());
+    for (pcs, bytes, blocks, tids) in listed {
         let mut frames = Vec::with_capacity(pcs.len());
         for &pc in pcs.iter() {
             let object = object_of(&maps, pc, &mut objects, &mut object_at);
@@ -189,10 +244,11 @@ pub fn from_walk(
             });
         }
         stacks.push(Stack {
-            bytes: g.bytes as i64,
-            blocks: g.blocks as i64,
-            tids: g.tids.clone(),
+            bytes: bytes as i64,
+            blocks: blocks as i64,
+            tids,
             frames,
+            allocated: allocated(pcs),
         });
     }
     // pprof wants the main program's mapping first.
@@ -223,6 +279,11 @@ pub fn from_walk(
         read_ms,
         inconsistent_lists: walk.moving(),
         warnings: Vec::new(),
+        unattributed: counts.map_or_else(Allocated::default, |c| Allocated {
+            blocks: c.overflow.allocs as i64,
+            bytes: c.overflow.bytes as i64,
+            temporary: c.overflow.temporary as i64,
+        }),
     };
     let problems = walk.problems();
     if !problems.is_empty() {
@@ -346,6 +407,11 @@ pub mod tests {
                             lines: vec![],
                         },
                     ],
+                    allocated: Some(Allocated {
+                        blocks: 10,
+                        bytes: 20480,
+                        temporary: 3,
+                    }),
                 },
                 Stack {
                     bytes: -96,
@@ -356,6 +422,7 @@ pub mod tests {
                         object: Some(0),
                         lines: vec![line("inlined", "a.h", 3), line("main", "a.c", 15)],
                     }],
+                    allocated: Some(Allocated::default()),
                 },
             ],
             ..Snapshot::default()

@@ -19,4 +19,6 @@ pub mod mappings;
 pub mod memory;
 pub mod ptrace;
 #[forbid(unsafe_code)]
+pub mod stack_counts;
+#[forbid(unsafe_code)]
 pub mod threads;
