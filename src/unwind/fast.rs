@@ -860,12 +860,17 @@ mod tests {
             out
         }
         std::thread::spawn(move || {
-            let mut first = Vec::new();
+            let mut first = [[0; NFRAMES]; 32];
             let mut replays = 0;
             for round in 0..rounds {
                 let before = REPLAYS.get();
-                // One call site for every round, so every round walks the same stacks.
-                let got: Vec<_> = (0..sites).map(walk_at).collect();
+                // One call site for every round, so every round walks the same stacks, from a
+                // loop that keeps nothing of the heap in its registers: a heap address left in
+                // %rbp, which a frame's rule may read, would make each round's stack differ.
+                let mut got = [[0; NFRAMES]; 32];
+                for (i, g) in got.iter_mut().enumerate().take(sites) {
+                    *g = walk_at(i);
+                }
                 replays = REPLAYS.get() - before;
                 if round == 0 {
                     first = got;
