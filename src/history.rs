@@ -13,6 +13,7 @@
 
 use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
+use crate::table_pages;
 use crate::thread;
 use core::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
@@ -68,39 +69,11 @@ fn ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     if !r.is_null() {
         return Some(r);
     }
-    map_ring(i, capacity)
-}
-
-#[cold]
-#[inline(never)]
-fn map_ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     let bytes = RING_HEAD + capacity * core::mem::size_of::<Event>();
-    // SAFETY: an anonymous private mapping; mmap takes no user-space lock and does not allocate.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    let r = p.cast::<Ring>();
-    // SAFETY: a fresh zeroed mapping large enough for the head; ours alone until published.
-    unsafe { (*r).capacity = capacity as u64 };
-    match RINGS[i].compare_exchange(core::ptr::null_mut(), r, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(r),
-        Err(theirs) => {
-            // Two threads of a shared list raced: keep the other's.
-            // SAFETY: the mapping made above, which nobody else has seen.
-            unsafe { libc::munmap(p, bytes) };
-            Some(theirs)
-        }
-    }
+    table_pages::publish(&RINGS[i], bytes, |r| {
+        // SAFETY: a fresh zeroed mapping large enough for the head; ours alone until published.
+        unsafe { (*r).capacity = capacity as u64 }
+    })
 }
 
 /// Calls `emit` with the `[start, end)` of every ring mapped: libdmem's own memory, whose

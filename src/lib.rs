@@ -20,6 +20,7 @@ mod procmaps;
 mod sink;
 mod spinlock;
 mod stack_counts;
+mod table_pages;
 mod thread;
 mod tls;
 mod unwind;

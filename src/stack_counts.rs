@@ -25,6 +25,7 @@
 
 use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
+use crate::table_pages;
 use crate::thread;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -328,33 +329,11 @@ fn table(list: usize) -> Option<*mut Table> {
         return Some(t);
     }
     let bytes = core::mem::size_of::<Table>();
-    // SAFETY: an anonymous private mapping; mmap takes no user-space lock and does not allocate.
-    // Its pages are zero, which is an empty table, and are only touched as stacks are counted.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    let t = p.cast::<Table>();
-    // SAFETY: a fresh mapping large enough for a table; ours alone until published.
-    unsafe { (*t).capacity = CAPACITY as u64 };
-    match TABLES[list].compare_exchange(core::ptr::null_mut(), t, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(t),
-        Err(theirs) => {
-            // Two threads of a shared list raced: keep the other's.
-            // SAFETY: the mapping made above, which nobody else has seen.
-            unsafe { libc::munmap(p, bytes) };
-            Some(theirs)
-        }
-    }
+    table_pages::publish(&TABLES[list], bytes, |t| {
+        // SAFETY: a fresh zeroed mapping large enough for a table; ours alone until published.
+        // Zero is an empty table, and its pages are only touched as stacks are counted.
+        unsafe { (*t).capacity = CAPACITY as u64 }
+    })
 }
 
 /// Bytes of an entry, for the descriptor.
