@@ -11,29 +11,18 @@ mod live;
 #[path = "common/pprof.rs"]
 mod pprof;
 
-use common::run::run_limited;
+use common::run::run_ok;
 use common::{dmem, fixture, lib_path, make_core, scratch_dir, text};
-use live::{start, LIMIT};
+use live::start;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// The fixture's numbers (c-fixtures/count_allocs.c).
 const TEMPS: i64 = 20000;
 const KEPT: i64 = 3000;
 const PAIRS: i64 = 5000;
 const THREAD_TEMPS: i64 = 7000;
-
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = run_limited(cmd, LIMIT);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({:?}):\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    out
-}
 
 /// The innermost function of a stack as `dmem snapshot --format json` and `dmem top --json`
 /// list it.
@@ -167,22 +156,27 @@ fn without_the_option_nothing_is_counted() {
     assert!(!stacks.iter().any(|s| function(s) == "temp_alloc"));
 }
 
-#[test]
-fn top_shows_each_interval_s_allocations_counted_exactly() {
-    let target = start("count_allocs", &["live", "60"]);
+/// Three samples of `dmem top PID --json`, half a second apart.
+fn top_samples(pid: i32) -> Vec<Value> {
     let out = run_ok(dmem().args([
         "top",
-        &target.pid.to_string(),
+        &pid.to_string(),
         "--interval",
         "0.5",
         "--count",
         "3",
         "--json",
     ]));
-    let samples: Vec<Value> = text(&out.stdout)
+    text(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn top_shows_each_interval_s_allocations_counted_exactly() {
+    let target = start("count_allocs", &["live", "60"]);
+    let samples = top_samples(target.pid);
     assert_eq!(samples.len(), 3);
     // The process runs without count-allocs (nor a history): no interval's allocations.
     assert!(
@@ -191,19 +185,7 @@ fn top_shows_each_interval_s_allocations_counted_exactly() {
     );
     drop(target);
     let target = live::start_with_opts("count_allocs", "count-allocs", &["live", "60"]);
-    let out = run_ok(dmem().args([
-        "top",
-        &target.pid.to_string(),
-        "--interval",
-        "0.5",
-        "--count",
-        "3",
-        "--json",
-    ]));
-    let samples: Vec<Value> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let samples = top_samples(target.pid);
     assert!(
         samples[0].get("temporary").is_none(),
         "the first sample only starts the interval"

@@ -10,7 +10,7 @@ mod gdbrun;
 #[path = "common/pprof.rs"]
 mod pprof;
 
-use common::run::run_limited;
+use common::run::{run_limited, run_ok};
 use common::{dmem, fixture, lib_path, make_core, scratch_dir, text, which};
 use pprof::{decode, protobuf_python, string};
 use serde_json::Value;
@@ -25,18 +25,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 fn run(cmd: &mut Command) -> Output {
     run_limited(cmd, LIMIT)
-}
-
-/// Runs dmem and insists that it succeeded.
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({:?}):\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    out
 }
 
 /// The functions of a decoded stack, leaf first, inlined functions included.

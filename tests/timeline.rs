@@ -12,26 +12,14 @@ mod live;
 #[path = "common/pprof.rs"]
 mod pprof;
 
-use common::run::run_limited;
+use common::run::run_ok;
 use common::{dmem, scratch_dir, text};
-use live::{start, LIMIT};
+use live::start;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-
-/// Runs dmem and insists that it succeeded.
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = run_limited(cmd, LIMIT);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({:?}):\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    out
-}
 
 /// One recording of the fixture, shared by the tests of this file.
 struct Recording {

@@ -26,6 +26,18 @@ pub fn limit_for(fixture: &str) -> Duration {
     }
 }
 
+/// Runs `cmd` under `LIMIT` (dmem, mostly) and insists that it succeeded.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = run_limited(cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({:?}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// How run_limited's note on a killed run begins.
 const KILLED: &str = "[killed: still running after";
 
