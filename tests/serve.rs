@@ -78,6 +78,19 @@ impl Serve {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it holds `want`, or as it is after ten seconds: the server's standard error
+    /// is read by a thread of the test's own, which can lag behind the answer the client has.
+    fn log_with(&self, want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.contains(want) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Threads of the server now.
     fn threads(&self) -> usize {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
@@ -351,8 +364,9 @@ fn serve_lists_counts_and_answers_at_once_and_says_what_failed() {
     }
     let (code, _) = get(&url);
     assert_eq!(code, 200, "still serving after a target died");
-    let log = serve.log();
-    assert!(log.contains(&format!("pid={gone_pid}: 404 ")), "{log}");
+    let want = format!("pid={gone_pid}: 404 ");
+    let log = serve.log_with(&want);
+    assert!(log.contains(&want), "{log}");
     assert!(log.lines().all(|l| l.starts_with("dmem serve: ")), "{log}");
 }
 
@@ -454,11 +468,9 @@ fn a_local_client_gets_only_what_its_own_user_may_read() {
     for p in [roots.pid, nobodys.pid, nodump.pid] {
         assert!(listed(&index, p), "{}", common::text(&index));
     }
-    let log = serve.log();
-    assert!(
-        log.contains(&format!("pid={}: 403 user 65534 ", roots.pid)),
-        "{log}"
-    );
+    let want = format!("pid={}: 403 user 65534 ", roots.pid);
+    let log = serve.log_with(&want);
+    assert!(log.contains(&want), "{log}");
     assert!(log.lines().all(|l| l.starts_with("dmem serve: ")), "{log}");
 }
 
@@ -529,7 +541,8 @@ fn what_is_not_http_1_is_answered_and_closed_at_once() {
     assert!(got.starts_with("HTTP/1.1 431 "), "{got:?}");
     // And a request as curl sends it still gets its answer.
     assert_eq!(get(&serve.url("/metrics")).0, 200);
-    let log = serve.log();
+    serve.log_with(": 505 ");
+    let log = serve.log_with(": 400 ");
     assert!(
         log.contains(": 505 only HTTP/1.0 and HTTP/1.1 requests are answered here"),
         "{log}"
@@ -728,7 +741,7 @@ fn counters_no_process_could_hold_are_not_exported() {
         );
         assert!(text.contains(&why), "{text}");
     }
-    let log = serve.log();
+    let log = serve.log_with("is left out");
     let said: Vec<&str> = log.lines().filter(|l| l.contains("is left out")).collect();
     assert_eq!(
         said.len(),
@@ -757,11 +770,9 @@ fn another_users_process_is_neither_listed_nor_read() {
     let body = common::text(&body);
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("not allowed to read process"), "{body}");
-    assert!(
-        serve.log().contains(&format!("pid={}: 403 ", target.pid)),
-        "{}",
-        serve.log()
-    );
+    let want = format!("pid={}: 403 ", target.pid);
+    let log = serve.log_with(&want);
+    assert!(log.contains(&want), "{log}");
 }
 
 /// Live bytes of a profile, as `dmem diff` reads it.
