@@ -6,6 +6,7 @@
 //! handed to the real free. Another thread that allocates while one thread resolves also uses the
 //! arena rather than waiting, so no lock order between us and the loader's lock can deadlock.
 
+use crate::header::{self, Header};
 use crate::{options, sink, unwind};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -42,6 +43,32 @@ struct RealCell(UnsafeCell<Option<Real>>);
 unsafe impl Sync for RealCell {}
 static REAL: RealCell = RealCell(UnsafeCell::new(None));
 
+/// Gives the block of a claimed header back to the backend.
+#[inline(always)]
+pub fn dispose(real: &Real, hdr: *mut Header) {
+    // SAFETY: the caller won the claim on `hdr` (which took it off its list), so it is ours
+    // alone; afterwards nothing refers to the block.
+    unsafe {
+        let align_log2 = (*hdr).align_log2();
+        (real.free)(header::base_of(hdr, align_log2).cast());
+    }
+}
+
+/// Gives back the blocks other threads handed over, once they are off their list: those the
+/// list operations collect for the allocation path (`engine.rs`) and an exiting thread's list
+/// (`lists.rs`).
+#[inline(always)]
+pub fn give_back(drained: impl Iterator<Item = *mut Header>) {
+    let mut drained = drained.peekable();
+    if drained.peek().is_none() {
+        return;
+    }
+    let Some(real) = real() else { return };
+    for hdr in drained {
+        dispose(real, hdr);
+    }
+}
+
 /// The real allocator, resolving it on first use. None while resolution is under way (on this
 /// or another thread): the caller must then use the arena.
 #[inline]
@@ -68,10 +95,10 @@ fn init_slow() -> Option<&'static Real> {
     // Standard error first, so a warning about the options reaches it.
     sink::init_stderr();
     options::parse();
-    sink::init_files(options::get());
+    sink::init_files(options::get().files());
     // While allocations still come from the arena (see there).
     #[cfg(not(test))]
-    crate::lifecycle::catch_the_main_threads_exit();
+    sink::catch_the_main_threads_exit();
     unwind::init();
     STATE.store(READY, Ordering::Release);
     // SAFETY: just written and published.

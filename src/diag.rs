@@ -18,7 +18,7 @@ pub fn tracing() -> bool {
 
 /// A trace line in progress, or None when tracing is off or its destination is gone.
 pub fn trace() -> Option<Out> {
-    sink::trace_fd().map(Out::to_fd)
+    sink::trace_fd().map(|fd| Out::to_fd(fd, &sink::ROUTE))
 }
 
 /// What went wrong with a pointer handed to free or realloc.

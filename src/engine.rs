@@ -13,11 +13,9 @@ use crate::header::{
     self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_BITS, SIZE_MASK,
 };
 use crate::lists::Refused;
-#[cfg(not(test))]
-use crate::signals;
 use crate::stack_counts::Hint;
 use crate::unwind::Origin;
-use crate::{history, lists, options, stack_counts, thread, unwind};
+use crate::{deferred, history, lists, options, stack_counts, thread, unwind};
 
 /// The calling thread's errno, found once per call: saved on entry and put back on success, since
 /// the backend and our own slow paths may change it.
@@ -48,11 +46,10 @@ impl Errno {
 }
 
 /// After a list changed: a fatal signal's report that waited for this thread to leave its list
-/// lock runs now (`signals.rs`).
+/// lock runs now (`deferred.rs`).
 #[inline(always)]
 fn after_change() {
-    #[cfg(not(test))]
-    signals::check_pending();
+    deferred::run_pending();
 }
 
 fn enomem() -> *mut u8 {
@@ -113,7 +110,7 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
             stack_counts::allocated(hint, h, header::to_user(hdr));
         }
         // SAFETY: the header is fully written and on no list.
-        give_back(unsafe { lists::link(hdr) });
+        bootstrap::give_back(unsafe { lists::link(hdr) });
         if opts.history_allocs && history_on() {
             remember_alloc(h, hdr);
         }
@@ -224,11 +221,11 @@ fn claim(func: &str, user: *mut u8, hand_over: bool) -> Claim {
         // the read may see anything (its magic then fails) and the check above kept it aligned.
         match unsafe { lists::claim(hdr, hand_over) } {
             Ok(lists::Claimed::Mine(d)) => {
-                give_back(d);
+                bootstrap::give_back(d);
                 return Claim::Mine(hdr);
             }
             Ok(lists::Claimed::Handed(d)) => {
-                give_back(d);
+                bootstrap::give_back(d);
                 return Claim::Handed;
             }
             Err(Refused::Elsewhere) => return Claim::Elsewhere(hdr),
@@ -262,34 +259,10 @@ fn unclaim(hdr: *mut Header) {
     // SAFETY: we hold the claim, so no other thread touches this header.
     unsafe {
         if options::get().record {
-            give_back(lists::restore(hdr));
+            bootstrap::give_back(lists::restore(hdr));
         } else {
             header::magic(hdr).store(header::MAGIC_LIVE, core::sync::atomic::Ordering::Release);
         }
-    }
-}
-
-/// Gives the block of a claimed header back to the backend.
-#[inline(always)]
-fn dispose(real: &Real, hdr: *mut Header) {
-    // SAFETY: the caller won the claim on `hdr` (which took it off its list), so it is ours
-    // alone; afterwards nothing refers to the block.
-    unsafe {
-        let align_log2 = (*hdr).align_log2();
-        (real.free)(header::base_of(hdr, align_log2).cast());
-    }
-}
-
-/// Gives back the blocks other threads handed over, once they are off their list.
-#[inline(always)]
-pub fn give_back(drained: lists::Drained) {
-    let mut drained = drained.peekable();
-    if drained.peek().is_none() {
-        return;
-    }
-    let Some(real) = bootstrap::real() else { return };
-    for hdr in drained {
-        dispose(real, hdr);
     }
 }
 
@@ -352,7 +325,7 @@ pub fn release(user: *mut u8, from: Origin) {
             // SAFETY: claimed, so ours, and not yet given back.
             stack_counts::freed(unsafe { &*hdr }, user);
         }
-        dispose(real, hdr);
+        bootstrap::dispose(real, hdr);
     }
     saved.restore();
     after_change();
@@ -462,7 +435,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
             };
             remember_moved(old, &frames);
         }
-        dispose(real, hdr);
+        bootstrap::dispose(real, hdr);
         saved.restore();
         return new;
     }

@@ -11,6 +11,7 @@
 //! number matches where it found it, read before and after the rest. Rings stay mapped for the
 //! life of the process, so a thread that exited leaves its frees behind.
 
+use crate::clock::now_ns;
 use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
 use crate::table_pages;
@@ -91,18 +92,6 @@ pub fn mapped(emit: &mut dyn FnMut(usize, usize)) {
             );
         }
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (the vDSO's, no system call): the events' clock, and the
-/// one every deadline of the library is measured on.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec; clock_gettime (vDSO) does not allocate.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What the caller knows of an event before it is written.

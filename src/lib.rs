@@ -5,6 +5,8 @@
 
 mod analysis;
 mod bootstrap;
+mod clock;
+mod deferred;
 mod diag;
 mod engine;
 mod errno;

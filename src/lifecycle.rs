@@ -38,7 +38,7 @@ extern "C" fn constructor() {
     if finish::has_an_end() {
         exits::register();
         // Done already at the first allocation, unless that came on another thread.
-        catch_the_main_threads_exit();
+        sink::catch_the_main_threads_exit();
         if signals::wanted() {
             sighooks::install_under_defaults();
         }
@@ -59,43 +59,6 @@ extern "C" fn constructor() {
             unsafe { on_exit(at_exit, marker) };
         }
     }
-}
-
-// SAFETY: glibc declares `int __cxa_thread_atexit_impl(void (*)(void *), void *, void *)`, which
-// registers a destructor of the calling thread's thread-local storage; the libc crate lacks it.
-unsafe extern "C" {
-    fn __cxa_thread_atexit_impl(
-        func: extern "C" fn(*mut c_void),
-        obj: *mut c_void,
-        dso_symbol: *mut c_void,
-    ) -> libc::c_int;
-}
-
-/// Whether the main thread's destructor is registered.
-static CAUGHT: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// With the leak report on standard error, registers a thread-local destructor on the main
-/// thread: glibc's `exit` runs the exiting thread's thread-local destructors before any exit
-/// handler, so this is the one moment every way through `exit` passes, a return from `main`
-/// included, before a handler can close standard error (see `sink.rs`). Called at the first
-/// allocation, while allocations still come from the bootstrap arena, so the small block glibc
-/// takes for the registration is not one of the program's blocks (freeing it does nothing);
-/// and from the constructor, for a process whose first allocation came on another thread. A
-/// `pthread_exit` of the main thread runs it too, early.
-pub fn catch_the_main_threads_exit() {
-    extern "C" fn exit_begins(_: *mut c_void) {
-        sink::keep_a_copy_of_stderr();
-    }
-    if !sink::report_to_stderr() || thread::gettid() != sink::getpid() {
-        return;
-    }
-    if CAUGHT.swap(true, core::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    // SAFETY: a plain function of the expected type and no object; the DSO symbol is an address
-    // in libdmem, so glibc counts the registration against it (a preloaded library is never
-    // unloaded anyway).
-    unsafe { __cxa_thread_atexit_impl(exit_begins, core::ptr::null_mut(), exit_begins as *mut c_void) };
 }
 
 // SAFETY: glibc's `char **environ`, the process's environment array.

@@ -20,8 +20,8 @@
 //! static array so that a debugger finds them through the layout descriptor; a sequence counter
 //! per list lets a reader outside the process read one whole without stopping anything.
 
+use crate::clock::now_ns;
 use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE};
-use crate::history::now_ns;
 use crate::spinlock::RawMutex;
 use crate::thread;
 use core::cell::UnsafeCell;
@@ -418,7 +418,7 @@ fn barrier() {
 }
 
 /// Waits for a list's owner to leave the change it is in; false if `deadline` (a
-/// `history::now_ns` time) passed first.
+/// `clock::now_ns` time) passed first.
 fn wait_idle(l: &List, deadline: Option<u64>) -> bool {
     let mut spins = 0u32;
     while l.busy.load(Ordering::Acquire) != 0 {
@@ -641,7 +641,7 @@ unsafe extern "C" fn on_thread_exit(_: *mut libc::c_void) {
         drain(l)
     };
     thread::set_home(NOWNED + i % (NLISTS - NOWNED), false);
-    crate::engine::give_back(d);
+    crate::bootstrap::give_back(d);
 }
 
 /// Why a walk stopped before a list's end: a heap overflow or a stray write broke a link.

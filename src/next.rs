@@ -100,3 +100,18 @@ pub fn resolve_all() {
         next.get();
     }
 }
+
+/// The C library's `sigaction`, past our export.
+pub fn real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    type SigactionFn =
+        unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+    match SIGACTION.func::<SigactionFn>() {
+        // SAFETY: the next `sigaction`; the pointers are the caller's, as sigaction takes them.
+        Some(f) => unsafe { f(sig, act, old) },
+        None => -1,
+    }
+}

@@ -376,6 +376,19 @@ pub fn aborts_here() -> bool {
     }
 }
 
+impl Options {
+    /// What `sink.rs` needs of the options: the output files and where the trace and report go.
+    pub fn files(&'static self) -> sink::Files {
+        sink::Files {
+            report_file: &self.report_file,
+            trace_file: &self.trace_file,
+            append_files: self.append_files,
+            leak_report: self.leak_report,
+            trace_stderr: self.trace_stderr,
+        }
+    }
+}
+
 pub fn get() -> &'static Options {
     // SAFETY: see `Cell`: no writer exists once readers can run.
     unsafe { &*OPTIONS.0.get() }

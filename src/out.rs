@@ -6,18 +6,28 @@
 
 const BUF: usize = 512;
 
+/// What the chooser of a descriptor (`sink.rs`) knows that a write needs: whether the descriptor
+/// may raise SIGPIPE, and where the rest of a line goes when a write to it fails (None: nowhere).
+/// It is handed down with the descriptor, so this file imports nothing of the sinks.
+pub struct Route {
+    pub may_be_a_pipe: fn(fd: i32) -> bool,
+    pub write_failed: fn(fd: i32, errno: i32) -> Option<i32>,
+}
+
 /// A line being assembled on the stack for one file descriptor. Output past the buffer is
 /// flushed in pieces, so nothing is lost, only split across writes.
 pub struct Out {
     fd: i32,
+    route: &'static Route,
     len: usize,
     buf: [u8; BUF],
 }
 
 impl Out {
-    pub fn to_fd(fd: i32) -> Out {
+    pub fn to_fd(fd: i32, route: &'static Route) -> Out {
         Out {
             fd,
+            route,
             len: 0,
             buf: [0; BUF],
         }
@@ -79,13 +89,15 @@ impl Out {
 
     pub fn flush(&mut self) {
         if self.fd >= 0 {
-            if let Err(failed) = write_all(self.fd, &self.buf[..self.len]) {
+            let pipe = (self.route.may_be_a_pipe)(self.fd);
+            if let Err(failed) = write_all(self.fd, &self.buf[..self.len], pipe) {
                 // The sink says once why, and names where the rest goes (standard error), if
                 // anywhere.
-                match crate::sink::write_failed(self.fd, failed.errno) {
+                match (self.route.write_failed)(self.fd, failed.errno) {
                     Some(fd) => {
                         self.fd = fd;
-                        let _ = write_all(fd, &self.buf[failed.written..self.len]);
+                        let pipe = (self.route.may_be_a_pipe)(fd);
+                        let _ = write_all(fd, &self.buf[failed.written..self.len], pipe);
                     }
                     None => self.fd = -1,
                 }
@@ -123,9 +135,9 @@ pub struct Failed {
 
 /// Writes all of `buf` to `fd` with the raw system call: libc's `write` is a cancellation point,
 /// and malloc, which traces through here, must not be one. errno is left as it was.
-pub fn write_all(fd: i32, buf: &[u8]) -> Result<(), Failed> {
+pub fn write_all(fd: i32, buf: &[u8], may_be_a_pipe: bool) -> Result<(), Failed> {
     let _errno = crate::errno::Keep::new();
-    let mut pipe = NoSigpipe::new(crate::sink::may_be_a_pipe(fd));
+    let mut pipe = NoSigpipe::new(may_be_a_pipe);
     let mut done = 0;
     while done < buf.len() {
         // SAFETY: buf[done..] is initialised memory we own; write only reads it.

@@ -26,7 +26,7 @@
 //! kernel and libdmem's handler coming back (a few system calls), a fatal signal ends the
 //! process without a report, as the default would.
 
-use crate::next::{self, Next};
+use crate::next::{self, real_sigaction, Next};
 use crate::signals;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -110,16 +110,6 @@ fn managed(sig: c_int) -> Option<usize> {
         return None;
     }
     signals::FATAL.iter().position(|&s| s == sig)
-}
-
-/// The C library's `sigaction`, past our export.
-pub fn real_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
-    match next::SIGACTION.func::<SigactionFn>() {
-        // SAFETY: the next `sigaction`; the pointers are the caller's, as sigaction takes them.
-        Some(f) => unsafe { f(sig, act, old) },
-        None => -1,
-    }
 }
 
 /// What the kernel holds for `sig` now.

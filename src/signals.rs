@@ -13,13 +13,13 @@
 //! skips `__libc_freeres`, which would. If the interrupted thread holds one of our list locks
 //! it is in the middle of a link or unlink that it cannot finish while the handler runs: an
 //! asynchronous signal (SIGTERM, SIGINT...) is then remembered and the report runs as soon as the
-//! thread leaves the allocator (`check_pending`, on every allocation path); a crash there gets no
+//! thread leaves the allocator (`deferred.rs`, on every allocation path); a crash there gets no
 //! report. In every case a watchdog timer makes sure the process dies of the signal even if the
 //! report cannot end.
 
 use crate::finish::{self, Claim, Way};
 use crate::leak::Entry;
-use crate::sighooks::real_sigaction;
+use crate::next::real_sigaction;
 use crate::{lists, options, own_heap};
 use core::sync::atomic::{AtomicI32, Ordering};
 use libc::{c_int, c_void};
@@ -48,8 +48,6 @@ const DEFERRED_SECONDS: i64 = 2;
 /// before it concludes that the interrupted thread holds one.
 const LOCK_WAIT_NS: u64 = 50_000_000;
 
-/// A signal whose report waits for the interrupted thread to leave the allocator; 0 for none.
-static PENDING: AtomicI32 = AtomicI32::new(0);
 /// The signal the watchdog ends the process with.
 static DYING_OF: AtomicI32 = AtomicI32::new(0);
 
@@ -115,7 +113,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
         }
         // Finish the link or unlink first: the report runs when this thread leaves it.
         arm_watchdog(DEFERRED_SECONDS);
-        PENDING.store(sig, Ordering::Release);
+        crate::deferred::defer(sig, run_deferred);
         return;
     }
     lists::unlock_all();
@@ -123,22 +121,9 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     die(sig, fault);
 }
 
-/// Runs a report deferred by the handler, if there is one: called on the way out of every
-/// allocation path, where no list lock is held.
-#[inline(always)]
-pub fn check_pending() {
-    if PENDING.load(Ordering::Relaxed) != 0 {
-        run_pending();
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn run_pending() {
-    let sig = PENDING.swap(0, Ordering::AcqRel);
-    if sig == 0 {
-        return;
-    }
+/// The report the handler deferred, run by the thread that leaves the allocator first
+/// (`deferred.rs`).
+fn run_deferred(sig: c_int) {
     // Usually the interrupted thread itself, now out of its link or unlink; any thread that gets
     // here first does as well, on behalf of the one that took the signal.
     arm_watchdog(REPORT_SECONDS);

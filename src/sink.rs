@@ -24,7 +24,7 @@
 //! Everything here runs without allocating: paths are expanded into fixed buffers.
 
 use crate::errno::{self, Keep};
-use crate::out::{decimal, write_all, Out};
+use crate::out::{decimal, write_all, Out, Route};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 /// The number a private descriptor takes when the limit allows: above what programs number by
@@ -318,7 +318,7 @@ fn open_path(sink: &Sink, path: &[u8], fresh: bool) -> Result<(), i32> {
 /// One line on standard error about an option's file: `dmem: cannot WHAT 'PATH' (WHY); THEN`.
 fn say_file_problem(what: &str, path: &[u8], err: i32, then: &str) {
     let Some(fd) = stderr_fd() else { return };
-    let mut out = Out::to_fd(fd);
+    let mut out = Out::to_fd(fd, &ROUTE);
     out.str("dmem: cannot ").str(what).str(" '");
     let mut buf = [0u8; 4096];
     if expand(path, getpid(), &mut buf) {
@@ -336,13 +336,23 @@ fn say_file_problem(what: &str, path: &[u8], err: i32, then: &str) {
     out.str("); ").str(then).str("\n").flush();
 }
 
+/// What the options say about output (`options::Options::files`): the NUL-terminated paths,
+/// empty when not given, which live as long as the options.
+pub struct Files {
+    pub report_file: &'static [u8],
+    pub trace_file: &'static [u8],
+    pub append_files: bool,
+    pub leak_report: bool,
+    pub trace_stderr: bool,
+}
+
 /// Opens the files the options name, and notes whether the report goes to standard error.
 /// Runs once, at the first allocation, after `init_stderr` and the options.
-pub fn init_files(o: &crate::options::Options) {
+pub fn init_files(o: Files) {
     let _errno = Keep::new();
     CREATOR.store(!o.append_files, Ordering::Relaxed);
-    let report_file = &o.report_file;
-    let trace_file = &o.trace_file;
+    let report_file = o.report_file;
+    let trace_file = o.trace_file;
     REPORT_TO_STDERR.store(o.leak_report && report_file[0] == 0, Ordering::Relaxed);
     if report_file[0] != 0 {
         REPORT_PATH.store(report_file.as_ptr().cast_mut(), Ordering::Release);
@@ -504,6 +514,12 @@ pub fn write_failed(fd: i32, err: i32) -> Option<i32> {
     None
 }
 
+/// What a line written to one of the sinks' descriptors needs to know of them (`out.rs`).
+pub static ROUTE: Route = Route {
+    may_be_a_pipe,
+    write_failed,
+};
+
 /// Whether a write to `fd` may raise SIGPIPE: it is a pipe or a socket, or not one of ours.
 pub fn may_be_a_pipe(fd: i32) -> bool {
     for sink in [&STDERR, &TRACE, &REPORT] {
@@ -528,7 +544,7 @@ pub fn stderr_fd() -> Option<i32> {
             } else {
                 b"dmem: the program closed or replaced the standard error it started with; messages meant for it are dropped\n"
             };
-            let _ = write_all(fd, why);
+            let _ = write_all(fd, why, may_be_a_pipe(fd));
         }
     }
     None
@@ -536,7 +552,7 @@ pub fn stderr_fd() -> Option<i32> {
 
 /// Output meant for the program's standard error; dropped when that is gone.
 pub fn stderr() -> Out {
-    Out::to_fd(stderr_fd().unwrap_or(-1))
+    Out::to_fd(stderr_fd().unwrap_or(-1), &ROUTE)
 }
 
 // What the program did with its descriptors, from `fdhooks.rs`. Each runs after the program's
@@ -659,6 +675,49 @@ pub fn per_process(path: &[u8]) -> bool {
         }
     }
     false
+}
+
+// SAFETY: glibc declares `int __cxa_thread_atexit_impl(void (*)(void *), void *, void *)`, which
+// registers a destructor of the calling thread's thread-local storage; the libc crate lacks it.
+unsafe extern "C" {
+    fn __cxa_thread_atexit_impl(
+        func: extern "C" fn(*mut libc::c_void),
+        obj: *mut libc::c_void,
+        dso_symbol: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// Whether the main thread's destructor is registered.
+static CAUGHT: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// With the leak report on standard error, registers a thread-local destructor on the main
+/// thread: glibc's `exit` runs the exiting thread's thread-local destructors before any exit
+/// handler, so this is the one moment every way through `exit` passes, a return from `main`
+/// included, before a handler can close standard error (see above). Called at the first
+/// allocation, while allocations still come from the bootstrap arena, so the small block glibc
+/// takes for the registration is not one of the program's blocks (freeing it does nothing);
+/// and from the constructor, for a process whose first allocation came on another thread. A
+/// `pthread_exit` of the main thread runs it too, early.
+pub fn catch_the_main_threads_exit() {
+    extern "C" fn exit_begins(_: *mut libc::c_void) {
+        keep_a_copy_of_stderr();
+    }
+    if !report_to_stderr() || crate::thread::gettid() != getpid() {
+        return;
+    }
+    if CAUGHT.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: a plain function of the expected type and no object; the DSO symbol is an address
+    // in libdmem, so glibc counts the registration against it (a preloaded library is never
+    // unloaded anyway).
+    unsafe {
+        __cxa_thread_atexit_impl(
+            exit_begins,
+            core::ptr::null_mut(),
+            exit_begins as *mut libc::c_void,
+        )
+    };
 }
 
 #[cfg(test)]

@@ -147,11 +147,16 @@ pub struct Local {
     tid: Cell<u32>,
 }
 
+const _: () = assert!(
+    core::mem::size_of::<Local>() <= crate::tls::COUNTS_WORDS * 8 && core::mem::align_of::<Local>() <= 8
+);
+
 #[inline(always)]
 fn local<'a>() -> &'a Local {
     // SAFETY: the area is the calling thread's own and outlives any use of it on this thread;
-    // only this thread touches it, through `Cell`s.
-    unsafe { &(*crate::tls::area()).counts }
+    // its `counts` words are room for a `Local` (asserted above), whose all-zero bytes are a
+    // valid one, and only this thread touches them, through `Cell`s.
+    unsafe { &*(*crate::tls::area()).counts.as_ptr().cast::<Local>() }
 }
 
 /// The key of a stack: its frames hashed, made odd.

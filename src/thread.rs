@@ -14,7 +14,7 @@ pub struct State {
     tid: Cell<u32>,
     busy: Cell<bool>,
     /// Whether the walker's caches in the area are initialised (`unwind/fast.rs`).
-    pub walker_ready: Cell<bool>,
+    walker_ready: Cell<bool>,
     /// The thread's home list plus one; zero before the first allocation.
     list: Cell<usize>,
     /// Whether the thread owns its home list (`lists.rs`).
@@ -23,11 +23,21 @@ pub struct State {
     exited: Cell<bool>,
 }
 
+const _: () =
+    assert!(core::mem::size_of::<State>() <= tls::THREAD_WORDS * 8 && core::mem::align_of::<State>() <= 8);
+
 #[inline(always)]
 fn state<'a>() -> &'a State {
     // SAFETY: the area is the calling thread's own and outlives any use of it on this thread;
-    // only this thread touches its state, through `Cell`s.
-    unsafe { &(*tls::area()).thread }
+    // its `thread` words are room for a `State` (asserted above), whose all-zero bytes are a
+    // valid state, and only this thread touches them, through `Cell`s.
+    unsafe { &*(*tls::area()).thread.as_ptr().cast::<State>() }
+}
+
+/// Whether the walker's caches in the calling thread's area are initialised (`unwind/fast.rs`).
+#[inline(always)]
+pub fn walker_ready<'a>() -> &'a Cell<bool> {
+    &state().walker_ready
 }
 
 /// The calling thread's kernel thread id, from a cache filled by one syscall per thread.

@@ -13,20 +13,27 @@ unsafe extern "C" {
     fn dmem_tls_bytes() -> usize;
 }
 
-/// What a thread keeps in its area: a fixed prefix of state for `thread.rs`, room the walker
-/// uses for its caches (`unwind/fast.rs`), each initialised by its owner on the thread's first
-/// use, since the area starts as zero bytes, and the newest block for the per-stack counts
-/// (`stack_counts.rs`), whose zero means none.
+/// What a thread keeps in its area: room for the state of `thread.rs`, room the walker uses for
+/// its caches (`unwind/fast.rs`) and room for the newest block of the per-stack counts
+/// (`stack_counts.rs`), each laid out and initialised by its owner on the thread's first use,
+/// since the area starts as zero bytes. This file knows none of them, so the modules above it
+/// import it and it imports none of them.
 #[repr(C, align(64))]
 pub struct Area {
-    pub thread: crate::thread::State,
-    /// The walker's per-thread caches; `walker_ready` in `thread` says whether they are.
+    /// `thread::State`; `walker_ready` in it says whether the walker's caches are initialised.
+    pub thread: [u64; THREAD_WORDS],
+    /// The walker's per-thread caches.
     pub walker: [u64; WALKER_WORDS],
-    pub counts: crate::stack_counts::Local,
+    /// `stack_counts::Local`, whose zero means none.
+    pub counts: [u64; COUNTS_WORDS],
 }
 
+/// Room for `thread::State`, asserted where it is defined.
+pub const THREAD_WORDS: usize = 3;
 /// Room for the walker's `Local`, asserted where it is defined.
 pub const WALKER_WORDS: usize = 480;
+/// Room for `stack_counts::Local`, asserted where it is defined.
+pub const COUNTS_WORDS: usize = 3;
 
 /// The area's offset from the thread pointer; zero until learnt (it is never zero: the area lies
 /// below the thread pointer on x86_64 and above its reserved words on aarch64).

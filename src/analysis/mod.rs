@@ -23,3 +23,4 @@ pub mod reach;
 pub mod roots;
 pub mod suppressions;
 pub mod vgxml;
+pub mod words;

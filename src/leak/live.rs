@@ -4,9 +4,9 @@
 //! and every list added up against its own counters.
 
 use super::memory::readable;
-use super::text::{blocks, plural};
 use crate::analysis::fit::{self, Misfit};
 use crate::analysis::maps::{self, Mapping};
+use crate::analysis::words::plural;
 use crate::diag;
 use crate::header::{self, Header, HEADER_SIZE, MAGIC_HANDED, NFRAMES};
 use crate::lists::{self, Broken, LISTS, NLISTS};
@@ -160,7 +160,7 @@ impl Breaks {
                 b.to,
                 match b.lists {
                     1 => String::new(),
-                    n => format!(" and past breaks in {} more", plural(n - 1, "list")),
+                    n => format!(" and past breaks in {} more", plural(n as u64 - 1, "list")),
                 }
             );
         }
@@ -182,7 +182,7 @@ impl Breaks {
                 let _ = writeln!(
                     out,
                     "dmem: perhaps written past the end of the {size}-byte block {start:#x} in front of it ({} before the header), allocated at:",
-                    plural(o.header - (start + size), "byte")
+                    plural((o.header - (start + size)) as u64, "byte")
                 );
                 for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
                     let _ = write!(out, "    #{i} {pc:#x} ");
@@ -195,7 +195,7 @@ impl Breaks {
             let _ = writeln!(
                 out,
                 "dmem: the heap was overwritten: the blocks of list {list} add up to {bytes} bytes in {}, but the list counted {counted_bytes} bytes in {counted}; a size or a count was changed, so the totals may be off by {} bytes",
-                blocks(n as usize),
+                plural(n, "block"),
                 bytes.abs_diff(counted_bytes)
             );
         }

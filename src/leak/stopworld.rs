@@ -126,7 +126,7 @@ impl World {
             sa.sa_sigaction = on_stop as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigfillset(&mut sa.sa_mask);
-            if crate::sighooks::real_sigaction(self.sig, &sa, core::ptr::null_mut()) != 0 {
+            if crate::next::real_sigaction(self.sig, &sa, core::ptr::null_mut()) != 0 {
                 return;
             }
         }
@@ -312,7 +312,7 @@ fn futex(word: &AtomicU32, op: c_int, val: u32, timeout_ns: Option<i64>) {
 }
 
 pub fn now_ns() -> i64 {
-    crate::history::now_ns() as i64
+    crate::clock::now_ns() as i64
 }
 
 /// Sends `sig` to thread `tid` of this process; false when the thread no longer exists.

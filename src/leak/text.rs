@@ -300,10 +300,10 @@ pub(super) fn blocks(n: usize) -> String {
 }
 
 pub(super) fn plural(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+    crate::analysis::words::plural(n as u64, what)
 }
 
 /// The report's destination: `report-file=PATH` when given, else standard error (see `sink.rs`).
 pub(super) fn open_output() -> Out {
-    Out::to_fd(sink::report_fd().unwrap_or(-1))
+    Out::to_fd(sink::report_fd().unwrap_or(-1), &sink::ROUTE)
 }

@@ -238,7 +238,7 @@ unsafe fn local<'a>() -> &'a mut Local {
     // room was written with a whole `Local`.
     unsafe {
         let at = (*area).walker.as_mut_ptr().cast::<Local>();
-        let ready = &(*area).thread.walker_ready;
+        let ready = crate::thread::walker_ready();
         if !ready.get() {
             at.write(LOCAL_INIT);
             ready.set(true);

@@ -3,10 +3,7 @@
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// `N block` or `N blocks`.
-pub fn plural(n: u64, word: &str) -> String {
-    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
-}
+pub use crate::analysis::words::plural;
 
 /// A JSON document as the analysis commands print it: indented by one space, a newline after.
 pub fn dump(doc: &impl Serialize) -> String {
