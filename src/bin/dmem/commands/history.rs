@@ -2,7 +2,7 @@
 //! what `whatis` says of an address inside a freed block.
 
 use crate::cli;
-use crate::commands::heap::{lines, JSON_FORMAT};
+use crate::commands::blocks::{lines, JSON_FORMAT};
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
 use crate::model::text::{dump, hex};
@@ -13,7 +13,12 @@ use serde::Serialize;
 
 /// The history of the image, or the one line that says why there is none.
 pub fn read(ins: &Inspect) -> Result<History> {
-    history::read(&*ins.image.mem, &ins.image.layout).map_err(|e| match e {
+    history::read(
+        &*ins.image.mem,
+        ins.image.layout.history.as_ref(),
+        ins.image.layout.nframes,
+    )
+    .map_err(|e| match e {
         Absent::Unsupported => failed(format!(
             "the libdmem.so of {} predates the free history",
             ins.image.name

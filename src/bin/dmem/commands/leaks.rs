@@ -7,7 +7,7 @@ use crate::analysis::reach::{Class, Heuristic};
 use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
-use crate::commands::heap::{
+use crate::commands::blocks::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
     BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
 };
@@ -933,7 +933,7 @@ pub fn words(args: cli::WordsArgs) -> Result<String> {
 const WHY_ENDS: usize = 4;
 
 pub fn why(args: cli::AddrArgs) -> Result<String> {
-    let (words, addr) = heap::addr_words(&args)?;
+    let (words, addr) = blocks::addr_words(&args)?;
     let mut scan = Scan::open_words(&words, args.registers.as_deref(), args.heuristics)?;
     let Some((k, _)) = scan.ins.heap.find(addr) else {
         if args.json {
@@ -1127,8 +1127,8 @@ pub fn folded(args: cli::FoldedArgs) -> Result<String> {
         eprintln!("dmem folded: {line}");
     }
     let g = groups(pool.ins(), &sel);
-    let (text, nstacks, nbytes) = heap::fold(pool.ins(), &g);
-    heap::write_folded(args.output.as_deref(), text, nstacks, nbytes)
+    let (text, nstacks, nbytes) = blocks::fold(pool.ins(), &g);
+    blocks::write_folded(args.output.as_deref(), text, nstacks, nbytes)
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ fn counted(
 /// only sets the start), and for a process whose history holds no allocations.
 fn temporary(target: &LiveProcess, since: &mut Option<(u64, u64)>, limit: usize) -> Option<Temporary> {
     target.layout.history.as_ref()?;
-    let h = history::read(&target.mem, &target.layout).ok()?;
+    let h = history::read(&target.mem, target.layout.history.as_ref(), target.layout.nframes).ok()?;
     let newest = h.events.first()?.time_ns;
     let (start, recorded_before) = since.replace((newest, h.recorded))?;
     let mut window: Vec<_> = h.events.iter().filter(|e| e.time_ns > start).collect();

@@ -312,7 +312,7 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     // libdmem's other memory: the free history's rings hold addresses of blocks freed and
     // allocated.
     excluded.extend(
-        history::ring_ranges(mem, &image.layout)
+        history::ring_ranges(mem, image.layout.history.as_ref())
             .into_iter()
             .map(|(start, end)| Excluded {
                 start,

@@ -2,7 +2,6 @@
 //! ring the library mapped, each event believed only when its sequence number says it is whole
 //! and where it was found (read before and after the rest, for a process that keeps writing).
 
-use super::heapwalk::Layout;
 use super::memory::{Memory, ReadError};
 use crate::analysis::descriptor::{field, Fields};
 
@@ -140,8 +139,8 @@ pub enum Absent {
 
 /// The `[start, end)` of every ring the library mapped: libdmem's own memory, which a leak scan
 /// leaves out (its events hold block addresses).
-pub fn ring_ranges(mem: &dyn Memory, layout: &Layout) -> Vec<(u64, u64)> {
-    let Some(h) = &layout.history else {
+pub fn ring_ranges(mem: &dyn Memory, history: Option<&HistoryLayout>) -> Vec<(u64, u64)> {
+    let Some(h) = history else {
         return Vec::new();
     };
     let mut ptrs = vec![0u8; (h.nrings * 8) as usize];
@@ -158,14 +157,15 @@ pub fn ring_ranges(mem: &dyn Memory, layout: &Layout) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Reads every ring of the history.
-pub fn read(mem: &dyn Memory, layout: &Layout) -> Result<History, Absent> {
-    let Some(h) = &layout.history else {
+/// Reads every ring of the history the descriptor names (`Layout::history`), whose events hold
+/// stacks of `nframes` frames.
+pub fn read(mem: &dyn Memory, history: Option<&HistoryLayout>, nframes: u64) -> Result<History, Absent> {
+    let Some(h) = history else {
         return Err(Absent::Unsupported);
     };
     let mut ptrs = vec![0u8; (h.nrings * 8) as usize];
     mem.read_fresh(h.rings, &mut ptrs).map_err(Absent::Read)?;
-    let nframes = layout.nframes as usize;
+    let nframes = nframes as usize;
     let mut out = History {
         events: Vec::new(),
         rings: 0,

@@ -1,0 +1,205 @@
+//! What every analysis command does with the blocks and stacks it shows: selects them by the
+//! filters, groups and limits them, and writes them as lines, JSON and folded stacks. The
+//! commands (heap.rs, leaks.rs, history.rs) use it; it uses none of them.
+
+use crate::cli::{self, Filters};
+use crate::commands::inspect::Inspect;
+use crate::model::frames::JsonFrame;
+use crate::model::heap::{self, StackGroup};
+use crate::model::text::{hex, plural};
+use crate::source::heapwalk::{Block, Problem};
+use crate::{failed, usage, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The version of the JSON documents' shape.
+pub const JSON_FORMAT: u32 = 1;
+
+/// The blocks (by index, in address order) of `sel` (default: all) that pass the filters. A
+/// regular expression is tried once per distinct stack.
+pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result<Vec<usize>> {
+    let re = match &f.pattern {
+        Some(p) => Some(regex::Regex::new(p).map_err(|e| usage(format!("bad --match regex '{p}': {e}")))?),
+        None => None,
+    };
+    let mut sel = sel.unwrap_or_else(|| ins.heap.everything());
+    let blocks = &ins.heap.blocks;
+    if let Some(min) = f.min_size {
+        sel.retain(|&i| blocks[i].size >= min);
+    }
+    if let Some(t) = f.thread {
+        sel.retain(|&i| blocks[i].tid as u64 == t);
+    }
+    if let Some(re) = re {
+        let mut seen: HashMap<u32, bool> = HashMap::new();
+        let heap = &ins.heap;
+        let namer = &mut ins.namer;
+        sel.retain(|&i| {
+            let b = &heap.blocks[i];
+            *seen
+                .entry(b.stack)
+                .or_insert_with(|| namer.matches(&heap.stacks[b.stack as usize], &re))
+        });
+    }
+    Ok(sel)
+}
+
+/// The groups of a selection.
+/// The `total` of a JSON listing by stack (summary, leaks): the stacks and their blocks and
+/// bytes.
+#[derive(Serialize)]
+pub struct StacksTotal {
+    stacks: usize,
+    blocks: u64,
+    bytes: u64,
+}
+
+impl StacksTotal {
+    pub fn of(groups: &[StackGroup]) -> StacksTotal {
+        StacksTotal {
+            stacks: groups.len(),
+            blocks: groups.iter().map(|g| g.blocks).sum(),
+            bytes: groups.iter().map(|g| g.bytes).sum(),
+        }
+    }
+}
+
+pub fn groups(ins: &Inspect, sel: &[usize]) -> Vec<StackGroup> {
+    heap::group(sel.iter().map(|&i| &ins.heap.blocks[i]), &ins.heap.stacks)
+}
+
+/// The stacks `--limit` lets through: 20 unless given, all for 0.
+pub fn limited<T>(rows: &[T], limit: Option<u64>) -> &[T] {
+    let n = limit.unwrap_or(20) as usize;
+    if n == 0 || n >= rows.len() {
+        rows
+    } else {
+        &rows[..n]
+    }
+}
+
+/// The `... N more stacks not shown` line, or None.
+pub fn rest_line(groups: &[StackGroup], shown: usize) -> Option<String> {
+    let rest = &groups[shown..];
+    if rest.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "... {} more {} ({} bytes in {}) not shown; --limit 0 shows all",
+        rest.len(),
+        if rest.len() == 1 { "stack" } else { "stacks" },
+        rest.iter().map(|g| g.bytes).sum::<u64>(),
+        plural(rest.iter().map(|g| g.blocks).sum(), "block")
+    ))
+}
+
+#[derive(Serialize)]
+pub struct ProblemJson {
+    list: Option<u64>,
+    addr: Option<String>,
+    problem: String,
+}
+
+pub fn problems_json(problems: &[&Problem]) -> Vec<ProblemJson> {
+    problems
+        .iter()
+        .map(|p| ProblemJson {
+            list: p.list,
+            addr: p.addr.map(hex),
+            problem: p.text.clone(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+pub struct BlockJson {
+    pub addr: String,
+    pub header: String,
+    pub size: u64,
+    pub tid: u32,
+    pub list: u16,
+    pub align: Option<u64>,
+    pub stack: Vec<JsonFrame>,
+}
+
+pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
+    let stack = ins.heap.stacks[b.stack as usize].to_vec();
+    BlockJson {
+        addr: hex(b.addr),
+        header: hex(b.addr - ins.heap.header_size),
+        size: b.size,
+        tid: b.tid,
+        list: b.list,
+        align: (b.align_log2 > 0).then(|| 1u64 << b.align_log2),
+        stack: ins.namer.json(&stack),
+    }
+}
+
+/// The lines of a stack, indented.
+pub fn stack_lines(ins: &mut Inspect, stack: u32, indent: &str) -> Vec<String> {
+    let pcs = ins.heap.stacks[stack as usize].to_vec();
+    ins.namer.lines(&pcs, indent)
+}
+
+pub fn stack_json(ins: &mut Inspect, stack: u32) -> Vec<JsonFrame> {
+    let pcs = ins.heap.stacks[stack as usize].to_vec();
+    ins.namer.json(&pcs)
+}
+
+/// Lines joined, with a newline after the last.
+pub fn lines(out: Vec<String>) -> String {
+    let mut s = out.join("\n");
+    if !s.is_empty() {
+        s.push('\n');
+    }
+    s
+}
+
+/// The image's words and the address after them, of `whatis` and `why`.
+pub fn addr_words(args: &cli::AddrArgs) -> Result<(Vec<std::ffi::OsString>, u64)> {
+    let (last, image) = match args.words.split_last() {
+        Some((last, image)) if !image.is_empty() => (last, image),
+        _ => {
+            return Err(usage(
+                "needs an image and an address: PROG CORE ADDR, CORE ADDR or PID ADDR",
+            ))
+        }
+    };
+    let text = last.to_string_lossy();
+    let addr = cli::parse_number(&text).map_err(|e| usage(format!("the address: {e}")))?;
+    Ok((image.to_vec(), addr))
+}
+
+/// `outer;...;inner BYTES` lines of stack groups, sorted by stack; and how many stacks and
+/// bytes they hold.
+pub fn fold(ins: &mut Inspect, groups: &[StackGroup]) -> (String, usize, u64) {
+    let mut acc: std::collections::BTreeMap<String, u64> = Default::default();
+    for g in groups {
+        let pcs = ins.heap.stacks[g.stack as usize].to_vec();
+        *acc.entry(ins.namer.folded(&pcs)).or_default() += g.bytes;
+    }
+    let text: String = acc.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+    (text, acc.len(), acc.values().sum())
+}
+
+/// Writes folded stacks where asked: to standard output, or to a file with a line saying so.
+pub fn write_folded(
+    output: Option<&std::path::Path>,
+    text: String,
+    nstacks: usize,
+    nbytes: u64,
+) -> Result<String> {
+    match output {
+        None => Ok(text),
+        Some(path) => {
+            std::fs::write(path, text)
+                .map_err(|e| failed(format!("cannot write {}: {e}", cli::show(path))))?;
+            eprintln!(
+                "dmem: wrote {} ({nbytes} bytes) to {}",
+                plural(nstacks as u64, "stack"),
+                cli::show(path)
+            );
+            Ok(String::new())
+        }
+    }
+}
