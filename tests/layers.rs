@@ -1,0 +1,356 @@
+//! The files of each crate import one another without a circle: the library's allocation path
+//! imports only downward (never the exit path that reports on it), and the launcher's commands,
+//! sources and model form layers too. A circle is found from the source text alone: every
+//! `crate::`, `super::` and `self::` path, and every path through a module a file declares, is
+//! an edge from that file's module to the module the path names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The module a file defines: `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; the root is `""`.
+fn module_of(root: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(root).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// Every `.rs` file under `dir`, leaving out the subtrees in `skip`.
+fn rust_files(dir: &Path, skip: &[&Path], out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if skip.contains(&p.as_path()) {
+            continue;
+        }
+        if p.is_dir() {
+            rust_files(&p, skip, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The text with comments and the contents of string and char literals blanked, so that a path
+/// in a doc comment or a message is not an import.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            i += 2;
+            while i < b.len() && !b[i..].starts_with(b"*/") {
+                i += 1;
+            }
+            i += 2;
+        } else if b[i] == b'r'
+            && b.get(i + 1).is_some_and(|c| *c == b'"' || *c == b'#')
+            && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+        {
+            // A raw string: r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&b'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&b'"') {
+                out.push('r');
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            j += 1;
+            while j < b.len() && !b[j..].starts_with(&close) {
+                j += 1;
+            }
+            i = j + close.len();
+            out.push_str("\"\"");
+        } else if b[i] == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if b[i] == b'\'' && b.get(i + 2) == Some(&b'\'') {
+            i += 3;
+        } else if b[i] == b'\'' && b.get(i + 1) == Some(&b'\\') {
+            i += 2;
+            while i < b.len() && b[i] != b'\'' {
+                i += 1;
+            }
+            i += 1;
+        } else {
+            let c = text[i..].chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+fn ident_at(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    (end > 0).then(|| (&s[..end], &s[end..]))
+}
+
+/// The paths of a use tree starting at `s` (what follows `crate::`), each as its segments, and
+/// the rest of the text.
+fn use_tree<'a>(s: &'a str, prefix: &[String], out: &mut Vec<Vec<String>>) -> &'a str {
+    let t = s.trim_start();
+    if let Some(mut rest) = t.strip_prefix('{') {
+        loop {
+            rest = rest.trim_start();
+            if let Some(r) = rest.strip_prefix('}') {
+                return r;
+            }
+            if let Some(r) = rest.strip_prefix(',') {
+                rest = r;
+                continue;
+            }
+            let before = rest.len();
+            rest = use_tree(rest, prefix, out);
+            if rest.len() == before {
+                // Not a use tree after all (a glob, say): step over one character.
+                rest = &rest[rest.chars().next().map_or(0, char::len_utf8)..];
+            }
+        }
+    }
+    let Some((id, rest)) = ident_at(t) else {
+        return t;
+    };
+    let mut path = prefix.to_vec();
+    path.push(id.to_owned());
+    if let Some(r) = rest.strip_prefix("::") {
+        return use_tree(r, &path, out);
+    }
+    out.push(path);
+    rest
+}
+
+/// The modules `file`'s code refers to.
+fn references(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let here: Vec<String> = module
+        .split("::")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    // `self` is the module itself; `super` its parent.
+    let parent = here[..here.len().saturating_sub(1)].to_vec();
+    // Children declared here: a bare `child::x` path names them.
+    let children: Vec<String> = modules
+        .iter()
+        .filter_map(|m| {
+            let segs: Vec<&str> = m.split("::").collect();
+            (segs.len() == here.len() + 1
+                && segs[..here.len()] == here.iter().map(String::as_str).collect::<Vec<_>>()[..])
+                .then(|| segs[here.len()].to_owned())
+        })
+        .collect();
+
+    let mut paths = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let boundary =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
+        if !boundary {
+            i += 1;
+            continue;
+        }
+        let rest = &code[i..];
+        let base: Option<(Vec<String>, &str)> = if let Some(r) = rest.strip_prefix("crate::") {
+            Some((Vec::new(), r))
+        } else if let Some(r) = rest.strip_prefix("super::") {
+            Some((parent.clone(), r))
+        } else if let Some(r) = rest.strip_prefix("self::") {
+            Some((here.clone(), r))
+        } else {
+            children.iter().find_map(|c| {
+                rest.strip_prefix(c.as_str())
+                    .and_then(|r| r.strip_prefix("::"))
+                    .map(|r| (here.clone(), r))
+            })
+        };
+        match base {
+            Some((prefix, r)) => {
+                let r = if let Some(r2) = r.strip_prefix("super::") {
+                    // super::super::
+                    let mut p = prefix.clone();
+                    p.pop();
+                    let end = use_tree(r2, &p, &mut paths);
+                    i = code.len() - end.len();
+                    continue;
+                } else {
+                    r
+                };
+                let end = use_tree(r, &prefix, &mut paths);
+                i = code.len() - end.len();
+            }
+            None => i += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    let mut refs = BTreeSet::new();
+    for p in paths {
+        // The longest prefix of the path that is a module is what it imports; the crate root
+        // declares modules and holds nothing the others need.
+        let target = (1..=p.len())
+            .rev()
+            .map(|n| p[..n].join("::"))
+            .find(|m| modules.contains(m));
+        if let Some(t) = target {
+            if t != module {
+                refs.insert(t);
+            }
+        }
+    }
+    refs
+}
+
+/// The strongly connected components of more than one module (Tarjan's algorithm).
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on.insert(v);
+        for w in s.graph.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = s.stack.pop().unwrap();
+                s.on.remove(w);
+                comp.push(w.to_owned());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.found.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.found
+}
+
+/// The import graph of the crate rooted at `root` (its `lib.rs` or `main.rs` folder).
+fn import_graph(root: &Path, skip: &[&Path]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(root, skip, &mut files);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(root, f)).collect();
+    files
+        .iter()
+        .map(|f| {
+            let m = module_of(root, f);
+            let code = code_only(&std::fs::read_to_string(f).unwrap());
+            // A file's unit tests, at its end, may use whatever they test with.
+            let code = match code.find("#[cfg(test)]\nmod tests") {
+                Some(at) => code[..at].to_owned(),
+                None => code,
+            };
+            let refs = references(&m, &code, &modules);
+            (m, refs)
+        })
+        .collect()
+}
+
+fn assert_no_circle(root: &Path, skip: &[&Path]) {
+    let graph = import_graph(root, skip);
+    assert!(graph.len() > 5, "found too few modules under {}", root.display());
+    let found = circles(&graph);
+    assert!(
+        found.is_empty(),
+        "modules under {} that import one another in a circle: {found:#?}\nedges: {:#?}",
+        root.display(),
+        found
+            .iter()
+            .flatten()
+            .map(|m| (
+                m,
+                graph[m]
+                    .iter()
+                    .filter(|t| found.iter().any(|c| c.contains(t)))
+                    .collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn library_imports_have_no_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert_no_circle(&root, &[&root.join("bin")]);
+}
+
+#[test]
+fn the_finder_sees_a_circle() {
+    // Two modules that name each other, one through a use list and one through a path.
+    let modules: BTreeSet<String> = ["", "a", "b", "b::c"].iter().map(|s| s.to_string()).collect();
+    let a = references(
+        "a",
+        &code_only("use crate::{b::c::{self, X}, d};\nfn f() { \"crate::a\"; }"),
+        &modules,
+    );
+    assert_eq!(a, BTreeSet::from(["b::c".to_owned()]));
+    let c = references(
+        "b::c",
+        &code_only("// crate::b\nfn g() { super::super::a::f() }"),
+        &modules,
+    );
+    assert_eq!(c, BTreeSet::from(["a".to_owned()]));
+    let graph = BTreeMap::from([("a".to_owned(), a), ("b::c".to_owned(), c)]);
+    assert_eq!(circles(&graph), vec![vec!["a".to_owned(), "b::c".to_owned()]]);
+}
+
+#[test]
+fn launcher_imports_have_no_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/dmem");
+    assert_no_circle(&root, &[]);
+}
