@@ -66,7 +66,7 @@ def _threads():
             t.switch()
             frame = gdb.newest_frame()
             regs = {}
-            for name in engine.REGISTERS:
+            for name in _REGISTERS:
                 try:
                     regs[name] = int(frame.read_register(name)) & (2 ** 64 - 1)
                 except (gdb.error, ValueError):
@@ -109,24 +109,17 @@ libdmem keeps every live block on lists in the process's memory, with the
 allocating thread and stack; these commands read those lists in the core gdb
 has open, or in the process it holds stopped.  The answers come from the dmem
 binary (beside this script when installed, the source tree's build, $DMEM_BIN
-or the PATH), the same engine as 'dmem summary PROG CORE' and the like.
+or the PATH), the same engine as 'dmem summary PROG CORE' and the like, which
+also says what the commands are: 'help dmem COMMAND' shows one's options."""
 
-The listing commands (stacks, summary, walk, folded) take filters:
-  --min-size N    only blocks of at least N bytes
-  --thread TID    only blocks allocated by the thread with kernel id TID
-  --match REGEX   only blocks with a frame whose symbolized text matches REGEX
-  --limit N       show at most N entries (summary: stacks, default 20; 0 = all)
-and --json prints a JSON document instead of text.
-
-The names of the original libdmem script are kept as aliases:
-show_alloc_stacks (= dmem stacks), walk_alloc_bufs (= dmem walk) and
-walk_alloc_entries (= dmem walk --headers)."""
-
-    def __init__(self):
+    def __init__(self, unavailable=None):
         super().__init__("dmem", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+        self.unavailable = unavailable
 
     def invoke(self, arg, from_tty):
         self.dont_repeat()
+        if self.unavailable:
+            raise gdb.GdbError("dmem: %s" % self.unavailable)
         if arg.strip():
             raise gdb.GdbError("dmem: unknown subcommand %r; see 'help dmem'" % arg.split()[0])
         gdb.execute("help dmem", from_tty)
@@ -170,31 +163,11 @@ class _AddressSub(_Sub):
 
 
 class _FoldedSub(_Sub):
+    value_options = ()
+
     def answer(self, arg):
-        return _answer(self.name, engine.folded_words(self.words(arg), self.usage))
-
-
-def _command(name, doc, usage, base=_Sub):
-    cls = type(name.capitalize() + "Command", (base,), {"__doc__": doc, "name": name,
-                                                        "usage": usage})
-    return cls
-
-
-# Each command's help is its docstring; its first line is what `help dmem` lists.
-_DOCS = {
-    'stacks': 'Every live block with its size, allocating thread and stack.\n\nUsage: dmem stacks [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nBlocks are listed by address.  Frames read `function+0xoff (file:line) in lib`\nas far as the symbol tables and DWARF tell, else the raw address.',
-    'summary': 'Live blocks grouped by allocation stack, most bytes first.\n\nUsage: dmem summary [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nShows the top 20 stacks (--limit N, 0 for all), each with its block count and\nbytes, and a total line over every block that passed the filters.',
-    'walk': "Addresses of the live blocks, one per line (user addresses, as malloc returned them).\n\nUsage: dmem walk [--headers] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\n--headers prints the address of each block's libdmem header instead.",
-    'whatis': "The live block that holds an address, with its allocating thread and stack.\n\nUsage: dmem whatis [--json] ADDR\n\nADDR is any gdb expression.  Interior pointers count: the answer gives the\nblock's start, size and ADDR's offset in it.  An address in a block's libdmem\nheader or in libdmem's bootstrap arena is reported as such.  Where the process\nran with DMEM_OPTS=history=N, an address in a block freed since (or in one\nfreed before a live block reused its memory) also gets that block: who freed\nit, when, at which stack, and where it was allocated.",
-    'verify': "Checks the lists: links, magic values, sizes and the counters.\n\nUsage: dmem verify [--json]\n\nWalks every list checking that each header's prev matches, that its magic says\nlive, that it is on the list its header names, that its block is readable, and\nthat the lists' block and byte counters agree with what was walked.  Each\nproblem is reported with its address; a broken list (a cycle, a pointer into\nunmapped memory) ends that list's walk, never the command.",
-    'stats': "libdmem's counters and the live blocks per allocating thread.\n\nUsage: dmem stats [--json]\n\nLive blocks and bytes, allocations and frees as the lists count them, whether\nrecording was on, and a table of live blocks and bytes by thread id.",
-    'folded': "Writes the live (or lost) bytes as folded stacks for flame graphs.\n\nUsage: dmem folded [--leaks [--show LIST]] FILE [--min-size N] [--thread TID] [--match REGEX]\n\nEach line of FILE is `outer;...;inner BYTES` (function names, raw addresses\nwhere unknown), the input of inferno-flamegraph and FlameGraph's flamegraph.pl.\n--leaks writes the lost blocks only (definitely, indirectly or possibly lost;\nsee 'dmem leaks'), or those of the classes --show LIST names.",
-    'leaks': "Lost blocks, as valgrind's memcheck classes them, grouped by allocation stack.\n\nUsage: dmem leaks [--show LIST] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n                  [--suppressions FILE]... [--gen-suppressions] [--format text|json|xml]\n\nA conservative mark from the roots: every thread's registers and stack (from\nits stack pointer, less the red zone, up), each thread's static TLS, and the\nwritable data of the program and its libraries, less libdmem's lists and the\nallocator's own state (glibc's main_arena; all writable data of jemalloc,\ntcmalloc or mimalloc).  A word equal to a block's start is a start pointer; one\ninside it an interior pointer.  Each live block is then:\n  still reachable  start pointers lead to it from a root\n  possibly lost    a chain with an interior pointer in it leads to it\n  definitely lost  nothing leads to it from a root, and no other lost block\n                   does either (of a lost cycle, one block)\n  indirectly lost  only lost blocks lead to it\n--show LIST picks the classes listed (comma-separated: definite, indirect,\npossible, reachable, or all; default definite,indirect,possible, as valgrind's\n--show-leak-kinds).  Stacks are listed most bytes first (top 20; --limit 0 for\nall), each with its blocks per class, then a total line with all four classes.\n--suppressions FILE leaves out what a LeakSanitizer (leak:PATTERN) or valgrind\n(Memcheck:Leak) suppressions file matches, counted as suppressed in the total;\n--gen-suppressions prints valgrind's suppression after each stack; --format xml\nwrites valgrind's XML (protocol 4) for CI viewers.\nThe exit report of DMEM_OPTS=leak-report uses the same definitions.",
-    'types': "C++ types of the live (or lost) blocks, from their vtable pointers.\n\nUsage: dmem types [--leaks] [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nA block whose first word points into a `vtable for X` symbol (_ZTV...) of a\nloaded object counts as an X.  Prints a table of types with block counts and\nbytes, and the stack most of each type's blocks were allocated from.\n--leaks looks at lost blocks only (definitely, indirectly or possibly lost;\nsee 'dmem leaks'), --show LIST at the blocks of the classes listed.",
-    'words': "Most frequent values in the contents of live (or lost) blocks.\n\nUsage: dmem words [--leaks] [--show LIST] [--vtable TYPE] [--offset N [--type u8|u16|u32|u64]]\n                  [--json] [--min-size N] [--thread TID] [--match REGEX] [--limit N]\n\nWithout --offset: a histogram of every aligned 8-byte word inside the blocks;\nvalues that are addresses of symbols are named.  Lost objects are often the\nmost frequent thing in a heap, and their vtable pointers and constant fields\nstand out.  --offset N histograms one field instead: the u64 (or --type) at\noffset N of each block, and --vtable TYPE restricts it to blocks of that C++\ntype (as 'dmem types' names it, or the mangled _ZTV symbol), e.g.\n  dmem words --leaks --vtable Session --offset 8 --type u32\nto see in which state lost Session objects were left.  --leaks and --show LIST\npick blocks by leak class as in 'dmem types'.  --limit N shows the top N values\n(default 20; 0 for all).",
-    'history': "The free history the process kept (DMEM_OPTS=history=N), newest first.\n\nUsage: dmem history [--addr A] [--json] [--limit N]\n\nEach free with its block's address and size, the thread that freed it and how\nlong before the newest event, the stack of the free, and the thread and stack\nthat allocated the block (allocations too, with history-allocs).  --addr A\nkeeps the events of blocks that held address A (a number); --limit N shows N\n(default 20, 0 for all).",
-    'why': "Why a block is in use, or lost: its leak class and one chain of references to it.\n\nUsage: dmem why [--json] ADDR\n\nADDR is any gdb expression and may point anywhere inside the block.  Names the\nblock's leak class (see 'dmem leaks').  For a block still reachable or possibly\nlost, prints the root (a global or TLS word, a stack slot, a register) and each\nblock on a short chain down to ADDR's block, with the offset of each pointer\n(and how far into the block an interior pointer points) and each block's\nallocating stack.  For an indirectly lost block, the chain from the definitely\nlost block that heads its group.",
-}
+        return _answer(self.name, engine.folded_words(self.words(arg), self.usage,
+                                                      self.value_options))
 
 
 def _usage(doc):
@@ -204,18 +177,39 @@ def _usage(doc):
     return ""
 
 
-_BASES = {"whatis": _AddressSub, "why": _AddressSub, "folded": _FoldedSub}
-_CLASSES = {}
-DmemCommand()
-for _name in engine.COMMANDS:
-    _CLASSES[_name] = _command(_name, _DOCS[_name], _usage(_DOCS[_name]),
-                               _BASES.get(_name, _Sub))
-    _CLASSES[_name]()
-for _alias, _target in engine.ALIASES.items():
-    # gdb takes a command's help from its class docstring, so each alias gets its own class.
-    _base = _CLASSES[_target[0]]
-    _cls = type(_alias, (_base,), {
-        "__doc__": "Same as 'dmem %s' (a name kept from the original libdmem script)."
-                   % " ".join(_target),
-        "command": _target[0], "extra": tuple(_target[1:])})
-    _cls(_alias)
+_BASES = {"address": _AddressSub, "file": _FoldedSub}
+
+
+def _register(catalog):
+    """One gdb command per analysis command the binary lists, its help the binary's; one per
+    alias, whose help says what it stands for."""
+    global _REGISTERS
+    _REGISTERS = tuple(catalog["registers"])
+    classes = {}
+    for entry in catalog["commands"]:
+        name = entry["name"]
+        cls = type(name.capitalize() + "Command", (_BASES.get(entry["operand"], _Sub),),
+                   {"__doc__": entry["help"], "name": name, "usage": _usage(entry["help"]),
+                    "value_options": tuple(catalog["value_options"])})
+        classes[name] = cls
+        cls()
+    for alias in catalog["aliases"]:
+        # gdb takes a command's help from its class docstring, so each alias gets its own class.
+        target = alias["words"]
+        cls = type(alias["name"], (classes[target[0]],), {
+            "__doc__": "Same as 'dmem %s' (a name kept from the original libdmem script)."
+                       % " ".join(target),
+            "command": target[0], "extra": tuple(target[1:])})
+        cls(alias["name"])
+
+
+_REGISTERS = ()
+try:
+    _catalog = engine.catalog(engine.find_binary(_here))
+except DmemError as _e:
+    # Without the binary there is nothing to answer with: `dmem` says why.
+    DmemCommand(unavailable=str(_e))
+    gdb.write("dmem: %s\n" % _e, gdb.STDERR)
+else:
+    DmemCommand()
+    _register(_catalog)

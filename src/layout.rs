@@ -1,10 +1,11 @@
 //! The layout descriptor: the one exported symbol a debugger needs.
 //!
 //! A release build ships without debug info and is often stripped, but `.dynsym` survives `strip`,
-//! so `dmem_layout` is always findable. Everything the gdb side needs to walk the lists of a core
-//! file is here as plain 64-bit words: the header's field offsets, where the list heads are and
-//! the offsets of their counters, each under its name (`analysis::descriptor` defines the format
-//! and the names for the readers too). A new field is only appended; a change in the meaning of
+//! so `dmem_layout` is always findable. Everything a reader (the launcher, which the gdb commands
+//! run) needs to walk the lists of a core file or a process is here as plain 64-bit words: the
+//! header's field offsets, where the list heads are and the offsets of their counters, each
+//! under its name (`analysis::descriptor` defines the format and the names for the readers too).
+//! A new field is only appended; a change in the meaning of
 //! one bumps `descriptor::VERSION`.
 //!
 //! The descriptor checks itself: at start-up `seal` writes a check of its head and of every

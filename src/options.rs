@@ -280,19 +280,13 @@ fn set_exitcode(o: &mut Options, v: &[u8]) -> bool {
 
 /// The classes a `leak-show` word names. `+` separates them because `,` separates options.
 fn set_leak_show(o: &mut Options, v: &[u8]) -> bool {
-    let mut set = 0;
-    for word in v.split(|&b| b == b'+') {
-        set |= match word {
-            b"definite" => Class::DefinitelyLost.bit(),
-            b"indirect" => Class::IndirectlyLost.bit(),
-            b"possible" => Class::PossiblyLost.bit(),
-            b"reachable" => Class::StillReachable.bit(),
-            b"all" => SHOW_ALL,
-            _ => return false,
-        };
+    match core::str::from_utf8(v).ok().map(Class::parse_set) {
+        Some(Ok(set)) => {
+            o.leak_show = set;
+            true
+        }
+        _ => false,
     }
-    o.leak_show = set;
-    true
 }
 
 /// The heuristics a `leak-heuristics` word names, `+`-separated as for `leak-show`.
@@ -306,11 +300,8 @@ fn set_leak_heuristics(o: &mut Options, v: &[u8]) -> bool {
     }
 }
 
-/// Every class: `leak-show=all`.
-pub const SHOW_ALL: u8 = 0b1111;
-
 /// valgrind's default for --show-leak-kinds: every class but still reachable.
-const SHOW_DEFAULT: u8 = SHOW_ALL & !Class::StillReachable.bit();
+const SHOW_DEFAULT: u8 = Class::ALL_BITS & !Class::StillReachable.bit();
 
 fn set_unwinder(o: &mut Options, v: &[u8]) -> bool {
     o.unwinder = match v {

@@ -15,20 +15,8 @@ import tempfile
 
 from .errors import DmemError, UsageError
 
-# The subcommands, and the aliases the original libdmem script had.
-COMMANDS = ("summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why",
-            "types", "words", "history")
-ALIASES = {"show_alloc_stacks": ("stacks",), "walk_alloc_bufs": ("walk",),
-           "walk_alloc_entries": ("walk", "--headers")}
-
-# Options that take a value, so that their value is not taken for a file name or an address.
-VALUE_OPTIONS = ("--min-size", "--thread", "--match", "--limit", "--show", "--vtable", "--offset",
-                 "--type", "--addr", "--suppressions", "--format")
-
-# Registers the engine reads of each thread (x86-64 user_regs_struct, as gdb names them).
-REGISTERS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",
-             "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base",
-             "gs_base", "ds", "es", "fs", "gs")
+# The version of `dmem commands --json` this module reads.
+CATALOG_FORMAT = 1
 
 
 def candidates(script_dir, environ=None, which=shutil.which):
@@ -62,6 +50,24 @@ def find_binary(script_dir, environ=None, which=shutil.which, is_exe=None):
                     % ", ".join(tried))
 
 
+def catalog(binary, runner=subprocess.run):
+    """What the binary answers: its analysis commands with their help, the aliases the original
+    libdmem script had, the options that take a value and the registers it reads of each
+    thread (`dmem commands --json`).  The gdb commands are registered from it, so they and the
+    launcher cannot drift apart."""
+    out, _ = run([binary, "commands", "--json"], runner)
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        raise DmemError("%s commands --json printed no JSON" % binary) from None
+    if not isinstance(doc, dict) or doc.get("format") != CATALOG_FORMAT:
+        raise DmemError("%s lists its commands in another format (%r, this script reads %d): "
+                        "use the dmem.py that came with it"
+                        % (binary, doc.get("format") if isinstance(doc, dict) else None,
+                           CATALOG_FORMAT))
+    return doc
+
+
 def split_address(words, usage):
     """(options, address expression) of `whatis` and `why`: options come first; the rest is
     one gdb expression, spaces and all, as gdb's own `print` takes it.  An expression wrapped
@@ -80,13 +86,13 @@ def split_address(words, usage):
     return opts, text
 
 
-def folded_words(words, usage):
+def folded_words(words, usage, value_options):
     """The words of `folded [options] FILE` with FILE given as `--output FILE`, as the engine
-    takes it."""
+    takes it; the value of an option in value_options is not a file."""
     out, files = [], []
     it = iter(words)
     for w in it:
-        if w in VALUE_OPTIONS:
+        if w in value_options:
             out.append(w)
             value = next(it, None)
             if value is not None:

@@ -1,7 +1,7 @@
 //! Conservative reachability over the live blocks, in valgrind's four leak classes.
 //!
-//! This is memcheck's algorithm (mc_leakcheck.c), the one definition this exit report and the
-//! gdb side (gdb/dmemlib/reach.py) share:
+//! This is memcheck's algorithm (mc_leakcheck.c), the one definition the library's exit report
+//! and the launcher share (the gdb commands ask the launcher):
 //!
 //! 1. Mark from the roots. A *start pointer* (a word equal to a block's first byte) found in a
 //!    root or in a still-reachable block makes the block **still reachable**. Any other pointer
@@ -53,9 +53,52 @@ impl Class {
         }
     }
 
+    /// The word that picks it in a list of classes (`leak-show`, `--show`), as valgrind's
+    /// `--show-leak-kinds` spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Class::DefinitelyLost => "definite",
+            Class::IndirectlyLost => "indirect",
+            Class::PossiblyLost => "possible",
+            Class::StillReachable => "reachable",
+        }
+    }
+
+    /// The words a list of classes takes, for the launcher's messages that list them.
+    #[allow(dead_code)]
+    pub const WORDS: &'static str = "definite, indirect, possible, reachable or all";
+
     /// The bit for this class in a `leak-show` set.
     pub const fn bit(self) -> u8 {
         1 << self as u8
+    }
+
+    /// Every class's bit.
+    pub const ALL_BITS: u8 = 0b1111;
+
+    /// A set of classes from words separated by commas (or by `+`, as DMEM_OPTS separates its
+    /// options with commas), `all` for every class; empty words are skipped. The error names the
+    /// word that is not a class, or is empty when no word names one. It allocates nothing: the
+    /// library parses its options with it before it has a heap.
+    pub fn parse_set(text: &str) -> Result<u8, &str> {
+        let mut set = 0;
+        for word in text.split([',', '+']).filter(|w| !w.is_empty()) {
+            set |= match Class::ALL.iter().find(|c| c.word() == word) {
+                Some(c) => c.bit(),
+                None if word == "all" => Class::ALL_BITS,
+                None => return Err(word),
+            };
+        }
+        if set == 0 {
+            return Err("");
+        }
+        Ok(set)
+    }
+
+    /// The classes of a set, in the order reports list them (the launcher's `--show`).
+    #[allow(dead_code)]
+    pub fn in_set(set: u8) -> impl Iterator<Item = Class> {
+        Class::ALL.into_iter().filter(move |c| set & c.bit() != 0)
     }
 
     /// Whether the class counts as a leak (for `leak-exitcode`): all but still reachable.
@@ -272,6 +315,10 @@ impl Heuristic {
 
     /// The set every side uses unless told otherwise: all four, as valgrind's default.
     pub const DEFAULT: u8 = 0b1111;
+
+    /// The words a list of heuristics takes, for the launcher's messages that list them.
+    #[allow(dead_code)]
+    pub const WORDS: &'static str = "stdstring, length64, newarray, multipleinheritance, all or none";
 
     /// A set from valgrind's spelling: `all`, `none`, or names separated by commas (or by `+`,
     /// as DMEM_OPTS separates its options with commas). The error names the word that is not

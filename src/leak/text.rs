@@ -209,7 +209,7 @@ pub(super) fn write_report(
         }
     }
     // valgrind -v's list of the suppressions used, when every class is listed.
-    if let Some(l) = loaded.as_ref().filter(|_| show == options::SHOW_ALL) {
+    if let Some(l) = loaded.as_ref().filter(|_| show == Class::ALL_BITS) {
         let used = l.sup.used();
         if !used.is_empty() {
             let _ = writeln!(out);

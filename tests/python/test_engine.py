@@ -52,14 +52,16 @@ class WordsTests(unittest.TestCase):
             engine.split_address([], "u")
 
     def test_the_folded_file_becomes_an_output_option(self):
-        self.assertEqual(engine.folded_words(["--leaks", "--min-size", "16", "out.txt"], "u"),
+        values = ("--min-size", "--match")
+        self.assertEqual(engine.folded_words(["--leaks", "--min-size", "16", "out.txt"], "u",
+                                             values),
                          ["--leaks", "--min-size", "16", "--output", "out.txt"])
-        self.assertEqual(engine.folded_words(["--match", "a b", "f"], "u"),
+        self.assertEqual(engine.folded_words(["--match", "a b", "f"], "u", values),
                          ["--match", "a b", "--output", "f"])
         with self.assertRaises(UsageError):
-            engine.folded_words(["--leaks"], "u")
+            engine.folded_words(["--leaks"], "u", values)
         with self.assertRaises(UsageError):
-            engine.folded_words(["a", "b"], "u")
+            engine.folded_words(["a", "b"], "u", values)
 
     def test_the_image_is_the_core_or_the_stopped_process(self):
         self.assertEqual(engine.image_args(core="/c", program="/p"), ["/p", "/c"])
@@ -78,7 +80,18 @@ class WordsTests(unittest.TestCase):
         text = engine.registers_json([(7, {"rsp": 4096, "fs_base": None}), (8, {})])
         self.assertEqual(json.loads(text), [{"tid": 7, "regs": {"rsp": 4096}},
                                             {"tid": 8, "regs": {}}])
-        self.assertEqual(len(engine.REGISTERS), 27)
+
+    def test_the_catalog_is_the_binarys_answer_in_the_format_read_here(self):
+        doc = {"format": engine.CATALOG_FORMAT, "commands": [], "aliases": [],
+               "value_options": [], "registers": ["rsp"]}
+        ok = Done(0, json.dumps(doc).encode())
+        self.assertEqual(engine.catalog("dmem", runner=lambda *a, **k: ok), doc)
+        newer = Done(0, json.dumps(dict(doc, format=99)).encode())
+        with self.assertRaises(DmemError) as e:
+            engine.catalog("dmem", runner=lambda *a, **k: newer)
+        self.assertIn("another format", str(e.exception))
+        with self.assertRaises(DmemError):
+            engine.catalog("dmem", runner=lambda *a, **k: Done(0, b"not json"))
 
     def test_the_registers_file_is_gone_afterwards(self):
         seen = []

@@ -37,19 +37,42 @@ Environment:
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The subcommand's name, for messages.
+    #[arg(skip)]
+    pub name: String,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
     Run(RunArgs),
+    /// Live blocks grouped by identical allocation stack, the most bytes first
+    ///
+    /// Each stack with its bytes, blocks and an example block, its frames symbolised from the
+    /// program's and libraries' symbols and DWARF; then a total line.
     Summary(ListArgs),
+    /// Every live block with its size, allocating thread and stack, by address
+    ///
+    /// Each block with its address, size and allocating thread, then its stack, its frames
+    /// symbolised from the program's and libraries' symbols and DWARF; then a total line.
     Stacks(ListArgs),
     Walk(WalkArgs),
+    /// The block that holds an address (interior ones too), and who allocated it
+    ///
+    /// The block, the offset of ADDR in it, and the thread and stack that allocated it; where
+    /// the process kept a free history (DMEM_OPTS=history=N), also a block freed since that held
+    /// ADDR: who freed it, when, and at which stack. ADDR is a number, 0x-prefixed for hex.
     Whatis(AddrArgs),
+    /// The lists checked: links, magic, sizes and counters; every problem with its address
     Verify(PlainArgs),
+    /// The descriptor's counters, and the live blocks and bytes per allocating thread
     Stats(PlainArgs),
     Folded(FoldedArgs),
     Leaks(LeaksArgs),
+    /// Why a block is held, or lost: its leak class and one chain of references to it
+    ///
+    /// The leak class of the block that holds ADDR (see 'dmem leaks') and one chain of
+    /// references to it, from a root or from the lost block that holds it, with each block's
+    /// allocating stack. ADDR is a number, 0x-prefixed for hex.
     Why(AddrArgs),
     Types(TypesArgs),
     Words(WordsArgs),
@@ -65,38 +88,25 @@ pub enum Command {
     Demo(DemoArgs),
     Install(InstallArgs),
     Completions(CompletionsArgs),
+    /// The commands, their help and aliases, for the gdb commands (JSON)
+    #[command(hide = true)]
+    Commands(CommandsArgs),
 }
 
-impl Command {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Run(_) => "run",
-            Command::Summary(_) => "summary",
-            Command::Stacks(_) => "stacks",
-            Command::Walk(_) => "walk",
-            Command::Whatis(_) => "whatis",
-            Command::Verify(_) => "verify",
-            Command::Stats(_) => "stats",
-            Command::Folded(_) => "folded",
-            Command::Leaks(_) => "leaks",
-            Command::Why(_) => "why",
-            Command::History(_) => "history",
-            Command::Types(_) => "types",
-            Command::Words(_) => "words",
-            Command::Report(_) => "report",
-            Command::Flamegraph(_) => "flamegraph",
-            Command::Top(_) => "top",
-            Command::Snapshot(_) => "snapshot",
-            Command::Diff(_) => "diff",
-            Command::Serve(_) => "serve",
-            Command::Record(_) => "record",
-            Command::Timeline(_) => "timeline",
-            Command::Demo(_) => "demo",
-            Command::Install(_) => "install",
-            Command::Completions(_) => "completions",
-        }
-    }
-}
+/// The original libdmem's gdb command names, kept as aliases: each stands for the words after
+/// it. The launcher, `dmem report` and the gdb commands all take them.
+pub const ALIASES: [(&str, &[&str]); 3] = [
+    ("show_alloc_stacks", &["stacks"]),
+    ("walk_alloc_bufs", &["walk"]),
+    ("walk_alloc_entries", &["walk", "--headers"]),
+];
+
+/// The analysis commands: they read an image and print an answer, and `dmem report` and the gdb
+/// commands pass their words to them.
+pub const ANALYSES: [&str; 12] = [
+    "summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why", "types", "words",
+    "history",
+];
 
 /// Run PROG with libdmem.so preloaded, pass its exit status through, say where its core is
 ///
@@ -169,10 +179,7 @@ pub struct Filters {
     pub limit: Option<u64>,
 }
 
-/// Live blocks grouped by identical allocation stack, the most bytes first
-///
-/// Each stack with its bytes, blocks and an example block, its frames symbolised from the
-/// program's and libraries' symbols and DWARF; then a total line.
+/// The image and filters of `summary` and `stacks`, whose help is their own.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct ListArgs {
@@ -195,11 +202,7 @@ pub struct WalkArgs {
     pub filters: Filters,
 }
 
-/// The block that holds an address (interior ones too), or why an address is held
-///
-/// whatis: the block, the offset of ADDR in it, and the thread and stack that allocated it.
-/// why: the block's leak class and one chain of references to it, from a root or from the
-/// lost block that holds it. ADDR is a number, 0x-prefixed for hex.
+/// The image and address of `whatis` and `why`, whose help is their own.
 #[derive(Args, Debug)]
 #[command(
     help_template = TEMPLATE,
@@ -244,8 +247,7 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-/// The lists checked: links, magic, sizes and counters; every problem with its address (verify),
-/// or the descriptor's counters and the live blocks per thread (stats)
+/// The image of `verify` and `stats`, whose help is their own.
 #[derive(Args, Debug)]
 #[command(help_template = TEMPLATE)]
 pub struct PlainArgs {
@@ -366,47 +368,27 @@ pub fn parse_number(s: &str) -> Result<u64, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Classes(pub Vec<crate::analysis::reach::Class>);
 
-/// A list of leak classes: definite, indirect, possible, reachable or all, separated by commas
-/// or `+`, in the order output lists them.
 /// A `--heuristics` list, as valgrind's `--leak-check-heuristics` spells it.
 pub fn parse_heuristics(s: &str) -> Result<u8, String> {
-    crate::analysis::reach::Heuristic::parse_set(s).map_err(|w| {
-        format!("'{w}' is no heuristic: stdstring, length64, newarray, multipleinheritance, all or none")
-    })
+    use crate::analysis::reach::Heuristic;
+    Heuristic::parse_set(s).map_err(|w| format!("'{w}' is no heuristic: {}", Heuristic::WORDS))
 }
 
+/// A list of leak classes, separated by commas or `+` (`analysis::reach::Class::parse_set`), in
+/// the order output lists them.
 pub fn parse_show(s: &str) -> Result<Classes, String> {
     use crate::analysis::reach::Class;
-    let mut chosen = Vec::new();
-    for w in s.split([',', '+']).filter(|w| !w.is_empty()) {
-        match w {
-            "definite" => chosen.push(Class::DefinitelyLost),
-            "indirect" => chosen.push(Class::IndirectlyLost),
-            "possible" => chosen.push(Class::PossiblyLost),
-            "reachable" => chosen.push(Class::StillReachable),
-            "all" => chosen.extend(Class::ALL),
-            _ => {
-                return Err(format!(
-                    "'{w}' is not a leak class: definite, indirect, possible, reachable or all"
-                ))
-            }
-        }
+    match Class::parse_set(s) {
+        Ok(set) => Ok(Classes(Class::in_set(set).collect())),
+        Err("") => Err(format!("needs at least one of {}", Class::WORDS)),
+        Err(w) => Err(format!("'{w}' is not a leak class: {}", Class::WORDS)),
     }
-    if chosen.is_empty() {
-        return Err("needs at least one of definite, indirect, possible, reachable, all".into());
-    }
-    Ok(Classes(
-        Class::ALL.into_iter().filter(|c| chosen.contains(c)).collect(),
-    ))
 }
 
 /// The analysis commands under one name: dmem report IMAGE [SUBCOMMAND ARGS...]
 ///
-/// The same as 'dmem SUBCOMMAND IMAGE ARGS...' (summary when no subcommand is given): summary,
-/// stacks, walk, whatis, verify, stats, folded, leaks, why, types or words. IMAGE is PROG CORE,
-/// a core alone or a PID. 'dmem report help SUBCOMMAND' shows one's options. The original
-/// libdmem's names are kept: show_alloc_stacks (stacks), walk_alloc_bufs (walk) and
-/// walk_alloc_entries (walk --headers).
+/// The same as 'dmem SUBCOMMAND IMAGE ARGS...' (summary when no subcommand is given). IMAGE is
+/// PROG CORE, a core alone or a PID. 'dmem report help SUBCOMMAND' shows one's options.
 #[derive(Args, Debug)]
 #[command(
     help_template = TEMPLATE,
@@ -696,6 +678,15 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// The analysis commands, their help and aliases, as the gdb side registers them
+#[derive(Args, Debug)]
+#[command(help_template = TEMPLATE)]
+pub struct CommandsArgs {
+    /// Print one JSON document (the only form)
+    #[arg(long)]
+    pub json: bool,
+}
+
 fn parse_pid(s: &str) -> Result<i32, String> {
     match s.parse::<i32>() {
         Ok(p) if p > 0 => Ok(p),
@@ -724,16 +715,77 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The subcommands, for messages.
-const SUBCOMMANDS: &str = "run, summary, stacks, walk, whatis, verify, stats, folded, leaks, why, types, words, history, report, flamegraph, top, snapshot, diff, serve, record, timeline, demo, install and completions";
+/// The command line as declared here.
+pub fn declared() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// The command line as clap parses it and shows its help: the aliases beside what they stand
+/// for.
+pub fn command() -> clap::Command {
+    let mut cmd = declared();
+    for (alias, words) in ALIASES {
+        let stands_for = match words {
+            [_] => alias.to_string(),
+            _ => format!("{alias} = dmem {}", words.join(" ")),
+        };
+        cmd = cmd.mut_subcommand(words[0], |s| {
+            let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let about = match about.strip_suffix(']') {
+                Some(listed) => format!("{listed}, {stands_for}]"),
+                None => format!("{about} [aliases: {stands_for}]"),
+            };
+            s.about(about)
+        });
+    }
+    let aliases: Vec<String> = ALIASES
+        .iter()
+        .map(|(alias, words)| format!("{alias} ({})", words.join(" ")))
+        .collect();
+    cmd.mut_subcommand("report", |s| {
+        s.after_long_help(format!(
+            "The subcommands: {}. The original libdmem's names are kept: {}.",
+            ANALYSES.join(", "),
+            aliases.join(", ")
+        ))
+    })
+}
+
+/// The subcommands users call, for messages: `a, b and c`.
+fn subcommands() -> String {
+    let names: Vec<String> = command()
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_owned())
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The words of an alias replaced by those it stands for.
+fn expand_alias(mut args: Vec<OsString>) -> Vec<OsString> {
+    if let Some((_, words)) = ALIASES.iter().find(|(a, _)| args.first().is_some_and(|w| w == a)) {
+        args.splice(..1, words.iter().map(OsString::from));
+    }
+    args
+}
 
 /// Parses the command line. On a mistake, or when help or the version was asked for, gives what
 /// to print, where, and the exit status instead.
 pub fn parse(args: Vec<OsString>) -> Result<Cli, Early> {
+    use clap::FromArgMatches;
+    let args = expand_alias(args);
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let mut full = vec![OsString::from("dmem")];
     full.extend(args);
-    Cli::try_parse_from(full).map_err(|e| early(e, &words))
+    let matches = command()
+        .try_get_matches_from(full)
+        .map_err(|e| early(e, &words))?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| early(e, &words))?;
+    cli.name = matches.subcommand_name().unwrap_or_default().to_owned();
+    Ok(cli)
 }
 
 /// What happens instead of a subcommand.
@@ -755,7 +807,7 @@ fn early(e: clap::Error, words: &[String]) -> Early {
     let sub = words
         .iter()
         .find(|w| !w.starts_with('-'))
-        .filter(|w| SUBCOMMANDS.split([',', ' ']).any(|s| s == w.as_str()) && *w != "and")
+        .filter(|w| command().find_subcommand(w.as_str()).is_some())
         .cloned();
     let context = |k: ContextKind| match e.get(k) {
         Some(ContextValue::String(s)) => Some(s.clone()),
@@ -773,7 +825,10 @@ fn early(e: clap::Error, words: &[String]) -> Early {
         }
         ErrorKind::InvalidSubcommand => {
             let what = context(ContextKind::InvalidSubcommand).unwrap_or_default();
-            format!("unknown subcommand '{what}'; the subcommands are {SUBCOMMANDS} ({see})")
+            format!(
+                "unknown subcommand '{what}'; the subcommands are {} ({see})",
+                subcommands()
+            )
         }
         ErrorKind::MissingRequiredArgument => {
             let what = match e.get(ContextKind::InvalidArg) {
@@ -812,7 +867,7 @@ fn early(e: clap::Error, words: &[String]) -> Early {
 
 /// The completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
-    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut cmd = command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, "dmem", &mut out);
     out
@@ -851,13 +906,75 @@ mod tests {
 
     #[test]
     fn the_declaration_is_consistent() {
-        <Cli as clap::CommandFactory>::command().debug_assert();
+        command().debug_assert();
+        for name in ANALYSES.iter().chain(ALIASES.iter().map(|(_, w)| &w[0])) {
+            assert!(
+                command().find_subcommand(name).is_some(),
+                "{name} is no subcommand"
+            );
+        }
+    }
+
+    #[test]
+    fn help_shows_aliases_beside_what_they_stand_for() {
+        let Err(Early::Print(help, 0)) = parse_words(&["--help"]) else {
+            panic!("no help");
+        };
+        let line = |name: &str| {
+            help.lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no line for {name}:\n{help}"))
+                .to_owned()
+        };
+        assert!(line("stacks").ends_with("[aliases: show_alloc_stacks]"), "{help}");
+        assert!(
+            line("walk").ends_with("[aliases: walk_alloc_bufs, walk_alloc_entries = dmem walk --headers]"),
+            "{help}"
+        );
+        assert!(
+            !help
+                .lines()
+                .any(|l| l.trim_start().starts_with("show_alloc_stacks")),
+            "{help}"
+        );
+        // No two commands share one line of help.
+        let abouts: Vec<&str> = help
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('-'))
+            .filter_map(|l| {
+                l.trim_start()
+                    .split_once(char::is_whitespace)
+                    .map(|(_, a)| a.trim())
+            })
+            .collect();
+        let mut unique = abouts.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), abouts.len(), "{help}");
+        assert!(
+            !help.contains("\n  commands "),
+            "the gdb side's command is hidden: {help}"
+        );
+    }
+
+    #[test]
+    fn an_alias_runs_what_it_stands_for() {
+        let Ok(Cli {
+            command: Command::Walk(w),
+            name,
+        }) = parse_words(&["walk_alloc_entries", "42"])
+        else {
+            panic!("walk_alloc_entries did not parse");
+        };
+        assert!(w.headers);
+        assert_eq!(name, "walk");
     }
 
     #[test]
     fn run_takes_everything_after_the_program() {
         let Ok(Cli {
             command: Command::Run(r),
+            ..
         }) = parse_words(&["run", "-oa,b", "--opts=c", "prog", "--help", "-o", "x"])
         else {
             panic!("run did not parse");
@@ -870,6 +987,7 @@ mod tests {
     fn top_options_and_their_mistakes() {
         let Ok(Cli {
             command: Command::Top(t),
+            ..
         }) = parse_words(&["top", "42", "--interval", "0.5", "--count", "3", "--json"])
         else {
             panic!("top did not parse");

@@ -68,7 +68,7 @@ fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let status = match cli::parse(args) {
         Ok(cli) => {
-            let name = cli.command.name();
+            let name = cli.name;
             match dispatch(cli.command) {
                 Ok(status) => status,
                 Err(fail) => {
@@ -143,6 +143,7 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Timeline(a) => commands::timeline::main(a),
         Demo(a) => commands::demo::main(a),
         Install(a) => commands::install::main(a),
+        Commands(a) => commands::catalog::main(a),
         Completions(a) => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(&cli::completions(a.shell));

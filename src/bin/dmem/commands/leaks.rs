@@ -41,15 +41,6 @@ fn key(c: Class) -> String {
     c.name().replace(' ', "_")
 }
 
-fn show_word(c: Class) -> &'static str {
-    match c {
-        Class::DefinitelyLost => "definite",
-        Class::IndirectlyLost => "indirect",
-        Class::PossiblyLost => "possible",
-        Class::StillReachable => "reachable",
-    }
-}
-
 /// An image opened and classified, the process (if dmem stopped one) running again.
 struct Scan {
     ins: Inspect,
@@ -458,7 +449,7 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
         return Ok(dump(&Doc {
             format: JSON_FORMAT,
             command: "leaks",
-            show: shown.iter().map(|&c| show_word(c)).collect(),
+            show: shown.iter().map(|&c| c.word()).collect(),
             classes: counts(totals),
             reachable_via_heuristic: via
                 .iter()

@@ -1,6 +1,7 @@
 //! The subcommands, one file each, and what only they need (finding the library, the core a run left).
 
 pub mod blocks;
+pub mod catalog;
 pub mod corefile;
 pub mod demo;
 pub mod diff;

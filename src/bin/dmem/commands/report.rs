@@ -2,16 +2,10 @@
 //! subcommand after the image (summary when none is given), as the gdb commands were called
 //! through the launcher before it answered them itself.
 
-use crate::cli::show;
+use crate::cli::{show, ALIASES, ANALYSES};
 use crate::source::image::Target;
 use crate::{usage, Result};
 use std::ffi::OsString;
-
-/// The analysis subcommands `report` passes its words to.
-pub const ANALYSES: [&str; 12] = [
-    "summary", "stacks", "walk", "whatis", "verify", "stats", "folded", "leaks", "why", "types", "words",
-    "history",
-];
 
 /// The command line `dmem SUBCOMMAND IMAGE ARGS...` that `dmem report IMAGE SUBCOMMAND ARGS...`
 /// stands for; `report help [SUBCOMMAND]` asks for help.
@@ -38,17 +32,11 @@ pub fn rewrite(words: &[OsString]) -> Result<Vec<OsString>> {
         None => (OsString::from("summary"), &[][..]),
         Some((sub, args)) => (sub.clone(), args),
     };
-    // The original libdmem's gdb command names, kept as aliases.
-    let sub = match sub.to_str() {
-        Some("show_alloc_stacks") => "stacks".into(),
-        Some("walk_alloc_bufs") => "walk".into(),
-        Some("walk_alloc_entries") => {
-            let mut out = vec!["walk".into(), "--headers".into()];
-            out.extend(image.iter().cloned());
-            out.extend(args.iter().cloned());
-            return Ok(out);
-        }
-        _ => sub,
+    // The original libdmem's gdb command names, kept as aliases: the words they stand for,
+    // with the image after the command's name.
+    let (sub, extra): (OsString, &[&str]) = match ALIASES.iter().find(|(a, _)| sub == **a) {
+        Some((_, words)) => (words[0].into(), &words[1..]),
+        None => (sub, &[]),
     };
     if !ANALYSES.iter().any(|a| sub == **a) {
         return Err(usage(format!(
@@ -58,6 +46,7 @@ pub fn rewrite(words: &[OsString]) -> Result<Vec<OsString>> {
         )));
     }
     let mut out = vec![sub];
+    out.extend(extra.iter().map(OsString::from));
     out.extend(image.iter().cloned());
     out.extend(args.iter().cloned());
     Ok(out)

@@ -1,8 +1,8 @@
 //! The list walk: from the layout descriptor's address and any `Memory`, every live block with
 //! its size, thread and stack, plus how far each list could be trusted.
 //!
-//! Only the descriptor and raw memory are read, never debug info, as the gdb side does. The
-//! lists may change while they are read (a running process goes on allocating), so each list is
+//! Only the descriptor and raw memory are read, never debug info, so a stripped library will do.
+//! The lists may change while they are read (a running process goes on allocating), so each list is
 //! read between two loads of its sequence counter (layout version 2): the same even value on
 //! both sides means the list was whole. A list whose counter was odd or moved is read again, a
 //! bounded number of times, and counted as inconsistent if it never came out whole; its blocks
