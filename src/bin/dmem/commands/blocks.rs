@@ -12,8 +12,7 @@ use crate::{failed, usage, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 
-/// The version of the JSON documents' shape.
-pub const JSON_FORMAT: u32 = 1;
+pub use crate::commands::answer::{lines, FORMAT as JSON_FORMAT};
 
 /// The blocks (by index, in address order) of `sel` (default: all) that pass the filters. A
 /// regular expression is tried once per distinct stack.
@@ -49,9 +48,9 @@ pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result
 /// bytes.
 #[derive(Serialize)]
 pub struct StacksTotal {
-    stacks: usize,
-    blocks: u64,
-    bytes: u64,
+    pub stacks: usize,
+    pub blocks: u64,
+    pub bytes: u64,
 }
 
 impl StacksTotal {
@@ -120,6 +119,9 @@ pub struct BlockJson {
     pub list: u16,
     pub align: Option<u64>,
     pub stack: Vec<JsonFrame>,
+    /// The block's address as a number, for the text.
+    #[serde(skip)]
+    pub start: u64,
 }
 
 pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
@@ -132,6 +134,7 @@ pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
         list: b.list,
         align: (b.align_log2 > 0).then(|| 1u64 << b.align_log2),
         stack: ins.namer.json(&stack),
+        start: b.addr,
     }
 }
 
@@ -144,15 +147,6 @@ pub fn stack_lines(ins: &mut Inspect, stack: u32, indent: &str) -> Vec<String> {
 pub fn stack_json(ins: &mut Inspect, stack: u32) -> Vec<JsonFrame> {
     let pcs = ins.heap.stacks[stack as usize].to_vec();
     ins.namer.json(&pcs)
-}
-
-/// Lines joined, with a newline after the last.
-pub fn lines(out: Vec<String>) -> String {
-    let mut s = out.join("\n");
-    if !s.is_empty() {
-        s.push('\n');
-    }
-    s
 }
 
 /// The image's words and the address after them, of `whatis` and `why`.

@@ -2,81 +2,92 @@
 //! text or JSON (the shapes the gdb commands print).
 
 use crate::cli::{self, Filters};
+use crate::commands::answer::{self, render, Answer};
 use crate::commands::blocks::{
-    addr_words, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json,
-    stack_lines, BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
+    addr_words, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson,
+    ProblemJson, StacksTotal,
 };
-use crate::commands::history;
+use crate::commands::history::{self, EventJson};
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
 use crate::model::heap::{self, Within};
-use crate::model::text::{dump, hex, plural};
+use crate::model::text::{hex, plural};
 use crate::source::heapwalk::Problem;
 use crate::Result;
 use serde::Serialize;
 use std::collections::HashMap;
 
+/// `summary`: the selected blocks grouped by stack, the most bytes first.
+#[derive(Serialize)]
+pub struct Summary {
+    total: StacksTotal,
+    stacks: Vec<StackRow>,
+    problems: Vec<ProblemJson>,
+    /// The groups left out by --limit: the line saying so.
+    #[serde(skip)]
+    rest: Option<String>,
+}
+
+/// One stack of `summary`.
+#[derive(Serialize)]
+pub struct StackRow {
+    rank: usize,
+    blocks: u64,
+    bytes: u64,
+    example: String,
+    stack: Vec<JsonFrame>,
+}
+
+impl Answer for Summary {
+    const COMMAND: &'static str = "summary";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.stacks {
+            out.push(format!(
+                "stack {}: {} bytes in {} (e.g. {})",
+                r.rank,
+                r.bytes,
+                plural(r.blocks, "block"),
+                r.example
+            ));
+            out.extend(answer::stack_lines(&r.stack, "    "));
+        }
+        out.extend(self.rest.clone());
+        out.push(format!(
+            "total: {} bytes in {} from {}",
+            self.total.bytes,
+            plural(self.total.blocks, "block"),
+            plural(self.total.stacks as u64, "stack")
+        ));
+        out
+    }
+}
+
 pub fn summary(args: cli::ListArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
     let f = &args.filters;
     let sel = select(&mut ins, f, None)?;
-    let (count, nbytes) = ins.heap.totals(&sel);
     let groups = groups(&ins, &sel);
     let shown = limited(&groups, f.limit);
-    if f.json {
-        #[derive(Serialize)]
-        struct Row {
-            rank: usize,
-            blocks: u64,
-            bytes: u64,
-            example: String,
-            stack: Vec<JsonFrame>,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            total: StacksTotal,
-            stacks: Vec<Row>,
-            problems: Vec<ProblemJson>,
-        }
-        let stacks = shown
-            .iter()
-            .enumerate()
-            .map(|(k, g)| Row {
-                rank: k + 1,
-                blocks: g.blocks,
-                bytes: g.bytes,
-                example: hex(g.example),
-                stack: stack_json(&mut ins, g.stack),
-            })
-            .collect();
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "summary",
-            total: StacksTotal::of(&groups),
-            stacks,
-            problems: problems_json(&ins.heap.problems()),
-        }));
-    }
-    let mut out = ins.warnings();
-    for (k, g) in shown.iter().enumerate() {
-        out.push(format!(
-            "stack {}: {} bytes in {} (e.g. {})",
-            k + 1,
-            g.bytes,
-            plural(g.blocks, "block"),
-            hex(g.example)
-        ));
-        out.extend(stack_lines(&mut ins, g.stack, "    "));
-    }
-    out.extend(rest_line(&groups, shown.len()));
-    out.push(format!(
-        "total: {nbytes} bytes in {} from {}",
-        plural(count, "block"),
-        plural(groups.len() as u64, "stack")
-    ));
-    Ok(lines(out))
+    let stacks = shown
+        .iter()
+        .enumerate()
+        .map(|(k, g)| StackRow {
+            rank: k + 1,
+            blocks: g.blocks,
+            bytes: g.bytes,
+            example: hex(g.example),
+            stack: stack_json(&mut ins, g.stack),
+        })
+        .collect();
+    let answer = Summary {
+        total: StacksTotal::of(&groups),
+        stacks,
+        problems: problems_json(&ins.heap.problems()),
+        rest: rest_line(&groups, shown.len()),
+    };
+    Ok(render(&answer, f.json, || ins.warnings()))
 }
 
 /// The selected blocks in address order, cut to --limit (all unless given), and how many there
@@ -90,55 +101,76 @@ fn listed(ins: &mut Inspect, f: &Filters) -> Result<(Vec<usize>, usize)> {
     Ok((sel, total))
 }
 
+/// `stacks`: every selected block with its stack, by address.
+#[derive(Serialize)]
+pub struct Stacks {
+    total: usize,
+    blocks: Vec<BlockJson>,
+    problems: Vec<ProblemJson>,
+}
+
+impl Answer for Stacks {
+    const COMMAND: &'static str = "stacks";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for b in &self.blocks {
+            out.push(format!(
+                "{}: {} bytes allocated by thread {} at:",
+                b.addr, b.size, b.tid
+            ));
+            out.extend(answer::stack_lines(&b.stack, "    "));
+        }
+        if self.total > self.blocks.len() {
+            out.push(format!("... {} more not shown", self.total - self.blocks.len()));
+        }
+        out.push(format!(
+            "{} shown, {} bytes",
+            plural(self.blocks.len() as u64, "block"),
+            self.blocks.iter().map(|b| b.size).sum::<u64>()
+        ));
+        out
+    }
+}
+
 pub fn stacks(args: cli::ListArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
     let f = &args.filters;
     let (sel, total) = listed(&mut ins, f)?;
-    if f.json {
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            total: usize,
-            blocks: Vec<BlockJson>,
-            problems: Vec<ProblemJson>,
+    let blocks = sel
+        .iter()
+        .map(|&i| {
+            let b = ins.heap.blocks[i];
+            block_json(&mut ins, &b)
+        })
+        .collect();
+    let answer = Stacks {
+        total,
+        blocks,
+        problems: problems_json(&ins.heap.problems()),
+    };
+    Ok(render(&answer, f.json, || ins.warnings()))
+}
+
+/// `walk`: the addresses of the selected blocks, or of their headers.
+#[derive(Serialize)]
+pub struct Walk {
+    kind: &'static str,
+    total: usize,
+    addrs: Vec<String>,
+    problems: Vec<ProblemJson>,
+}
+
+impl Answer for Walk {
+    const COMMAND: &'static str = "walk";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = self.addrs.clone();
+        if self.total > self.addrs.len() {
+            out.push(format!("... {} more not shown", self.total - self.addrs.len()));
         }
-        let blocks = sel
-            .iter()
-            .map(|&i| {
-                let b = ins.heap.blocks[i];
-                block_json(&mut ins, &b)
-            })
-            .collect();
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "stacks",
-            total,
-            blocks,
-            problems: problems_json(&ins.heap.problems()),
-        }));
+        out
     }
-    let mut out = ins.warnings();
-    let mut nbytes = 0;
-    for &i in &sel {
-        let b = ins.heap.blocks[i];
-        nbytes += b.size;
-        out.push(format!(
-            "{}: {} bytes allocated by thread {} at:",
-            hex(b.addr),
-            b.size,
-            b.tid
-        ));
-        out.extend(stack_lines(&mut ins, b.stack, "    "));
-    }
-    if total > sel.len() {
-        out.push(format!("... {} more not shown", total - sel.len()));
-    }
-    out.push(format!(
-        "{} shown, {nbytes} bytes",
-        plural(sel.len() as u64, "block")
-    ));
-    Ok(lines(out))
 }
 
 pub fn walk(args: cli::WalkArgs) -> Result<String> {
@@ -146,164 +178,176 @@ pub fn walk(args: cli::WalkArgs) -> Result<String> {
     let f = &args.filters;
     let (sel, total) = listed(&mut ins, f)?;
     let delta = if args.headers { ins.heap.header_size } else { 0 };
-    let addrs: Vec<u64> = sel.iter().map(|&i| ins.heap.blocks[i].addr - delta).collect();
-    if f.json {
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            kind: &'static str,
-            total: usize,
-            addrs: Vec<String>,
-            problems: Vec<ProblemJson>,
+    let answer = Walk {
+        kind: if args.headers { "headers" } else { "blocks" },
+        total,
+        addrs: sel
+            .iter()
+            .map(|&i| hex(ins.heap.blocks[i].addr - delta))
+            .collect(),
+        problems: problems_json(&ins.heap.problems()),
+    };
+    Ok(render(&answer, f.json, || ins.warnings()))
+}
+
+/// `whatis`: the live block that holds an address, or what the address is instead; and the
+/// freed block that held it, where the process kept a free history.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Whatis {
+    Live(LiveBlock),
+    NotLive(NotLive),
+}
+
+#[derive(Serialize)]
+pub struct LiveBlock {
+    addr: String,
+    block: Found,
+    freed: Option<EventJson>,
+    #[serde(skip)]
+    header_size: u64,
+}
+
+#[derive(Serialize)]
+pub struct Found {
+    #[serde(flatten)]
+    block: BlockJson,
+    offset: i64,
+    in_header: bool,
+}
+
+#[derive(Serialize)]
+pub struct NotLive {
+    addr: String,
+    block: Option<()>,
+    bootstrap_arena: bool,
+    overwritten_header: Option<String>,
+    freed: Option<EventJson>,
+    problems: Vec<ProblemJson>,
+    #[serde(skip)]
+    at: u64,
+    #[serde(skip)]
+    arena: (u64, u64),
+    /// The overwritten header the address lies in or behind.
+    #[serde(skip)]
+    behind: Option<u64>,
+    #[serde(skip)]
+    header_size: u64,
+}
+
+/// The lines about the freed block that held `at`, the first starting with `intro`.
+fn freed_lines(freed: &Option<EventJson>, at: u64, intro: &str) -> Vec<String> {
+    let Some(e) = freed else {
+        return Vec::new();
+    };
+    let mut out = vec![format!(
+        "{intro}{} bytes into the freed {}-byte block {}",
+        at - e.start,
+        e.size,
+        e.addr
+    )];
+    out.extend(e.lines(""));
+    out
+}
+
+impl Answer for Whatis {
+    const COMMAND: &'static str = "whatis";
+
+    fn lines(&self) -> Vec<String> {
+        match self {
+            Whatis::Live(w) => {
+                let (b, f) = (&w.block.block, &w.block);
+                let head = if f.in_header {
+                    format!(
+                        "{}: inside libdmem's header of the {}-byte block {} (header {}, offset {})",
+                        w.addr,
+                        b.size,
+                        b.addr,
+                        b.header,
+                        f.offset + w.header_size as i64
+                    )
+                } else {
+                    format!(
+                        "{}: {} bytes into the {}-byte block {} (header {})",
+                        w.addr, f.offset, b.size, b.addr, b.header
+                    )
+                };
+                let mut out = vec![head, format!("allocated by thread {} at:", b.tid)];
+                out.extend(answer::stack_lines(&b.stack, "    "));
+                let at = (f.offset + b.start as i64) as u64;
+                out.extend(freed_lines(&w.freed, at, "before that it was "));
+                out
+            }
+            Whatis::NotLive(w) if w.bootstrap_arena => vec![format!(
+                "{}: inside libdmem's bootstrap arena ({}-{}), whose blocks carry no header or stack",
+                w.addr,
+                hex(w.arena.0),
+                hex(w.arena.1)
+            )],
+            Whatis::NotLive(w) => {
+                let not_live = match w.behind {
+                    Some(h) if w.at < h + w.header_size => {
+                        format!("{}: inside the header {} that was overwritten (see above)", w.addr, hex(h))
+                    }
+                    Some(h) => format!(
+                        "{}: not inside any live block; perhaps {} bytes into the block behind the overwritten header {}, \
+                         whose size is not believed (see above)",
+                        w.addr,
+                        w.at - h - w.header_size,
+                        hex(h)
+                    ),
+                    None => format!("{}: not inside any live block", w.addr),
+                };
+                if w.freed.is_some() {
+                    freed_lines(&w.freed, w.at, &format!("{not_live}; "))
+                } else {
+                    vec![not_live]
+                }
+            }
         }
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "walk",
-            kind: if args.headers { "headers" } else { "blocks" },
-            total,
-            addrs: addrs.iter().map(|&a| hex(a)).collect(),
-            problems: problems_json(&ins.heap.problems()),
-        }));
     }
-    let mut out = ins.warnings();
-    out.extend(addrs.iter().map(|&a| hex(a)));
-    if total > sel.len() {
-        out.push(format!("... {} more not shown", total - sel.len()));
-    }
-    Ok(lines(out))
 }
 
 pub fn whatis(args: cli::AddrArgs) -> Result<String> {
     let (words, addr) = addr_words(&args)?;
     let mut ins = Inspect::open_words(&words, args.registers.as_deref(), args.heuristics, Need::Snapshot)?;
-    let mut out = ins.warnings();
-    let found = ins.heap.find(addr);
     // A block that held the address and was freed, when the process kept a free history.
     let history = history::read(&ins).ok();
     let freed = history.as_ref().and_then(|h| history::freed_block(h, addr));
-    let freed_json = freed.map(|(e, newest)| history::event_json(&mut ins, e, newest));
-    let freed_lines = |ins: &mut Inspect, intro: &str| -> Vec<String> {
-        let Some((e, newest)) = freed else {
-            return Vec::new();
-        };
-        let mut out = vec![format!(
-            "{intro}{} bytes into the freed {}-byte block {}",
-            addr - e.addr,
-            e.size,
-            hex(e.addr)
-        )];
-        out.extend(history::event_lines(ins, e, newest, ""));
-        out
-    };
-    let Some((i, within)) = found else {
-        let l = &ins.image.layout;
-        let in_arena = (l.arena_start..l.arena_end).contains(&addr);
-        if args.json {
-            #[derive(Serialize)]
-            struct Doc {
-                format: u32,
-                command: &'static str,
-                addr: String,
-                block: Option<()>,
-                bootstrap_arena: bool,
-                overwritten_header: Option<String>,
-                freed: Option<history::EventJson>,
-                problems: Vec<ProblemJson>,
-            }
-            return Ok(dump(&Doc {
-                format: JSON_FORMAT,
-                command: "whatis",
+    let freed = freed.map(|(e, newest)| history::event_json(&mut ins, e, newest));
+    let header_size = ins.heap.header_size;
+    let answer = match ins.heap.find(addr) {
+        Some((i, within)) => {
+            let b = ins.heap.blocks[i];
+            Whatis::Live(LiveBlock {
+                addr: hex(addr),
+                block: Found {
+                    block: block_json(&mut ins, &b),
+                    offset: addr as i64 - b.addr as i64,
+                    in_header: within == Within::Header,
+                },
+                freed,
+                header_size,
+            })
+        }
+        None => {
+            let l = &ins.image.layout;
+            let behind = behind_broken(&ins, addr);
+            Whatis::NotLive(NotLive {
                 addr: hex(addr),
                 block: None,
-                bootstrap_arena: in_arena,
-                overwritten_header: behind_broken(&ins, addr).map(hex),
-                freed: freed_json,
+                bootstrap_arena: (l.arena_start..l.arena_end).contains(&addr),
+                overwritten_header: behind.map(hex),
+                freed,
                 problems: problems_json(&ins.heap.problems()),
-            }));
+                at: addr,
+                arena: (l.arena_start, l.arena_end),
+                behind,
+                header_size,
+            })
         }
-        if in_arena {
-            out.push(format!(
-                "{}: inside libdmem's bootstrap arena ({}-{}), whose blocks carry no header or stack",
-                hex(addr),
-                hex(l.arena_start),
-                hex(l.arena_end)
-            ));
-            return Ok(lines(out));
-        }
-        let not_live = match behind_broken(&ins, addr) {
-            Some(h) if addr < h + ins.heap.header_size => {
-                format!("{}: inside the header {} that was overwritten (see above)", hex(addr), hex(h))
-            }
-            Some(h) => format!(
-                "{}: not inside any live block; perhaps {} bytes into the block behind the overwritten header {}, \
-                 whose size is not believed (see above)",
-                hex(addr),
-                addr - h - ins.heap.header_size,
-                hex(h)
-            ),
-            None => format!("{}: not inside any live block", hex(addr)),
-        };
-        if freed.is_some() {
-            out.extend(freed_lines(&mut ins, &format!("{not_live}; ")));
-        } else {
-            out.push(not_live);
-        }
-        return Ok(lines(out));
     };
-    let b = ins.heap.blocks[i];
-    let header = b.addr - ins.heap.header_size;
-    if args.json {
-        #[derive(Serialize)]
-        struct Found {
-            #[serde(flatten)]
-            block: BlockJson,
-            offset: i64,
-            in_header: bool,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            addr: String,
-            block: Found,
-            freed: Option<history::EventJson>,
-        }
-        let block = block_json(&mut ins, &b);
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "whatis",
-            addr: hex(addr),
-            block: Found {
-                block,
-                offset: addr as i64 - b.addr as i64,
-                in_header: within == Within::Header,
-            },
-            freed: freed_json,
-        }));
-    }
-    let head = match within {
-        Within::Header => format!(
-            "{}: inside libdmem's header of the {}-byte block {} (header {}, offset {})",
-            hex(addr),
-            b.size,
-            hex(b.addr),
-            hex(header),
-            addr - header
-        ),
-        Within::Block => format!(
-            "{}: {} bytes into the {}-byte block {} (header {})",
-            hex(addr),
-            addr - b.addr,
-            b.size,
-            hex(b.addr),
-            hex(header)
-        ),
-    };
-    out.extend([head, format!("allocated by thread {} at:", b.tid)]);
-    out.extend(stack_lines(&mut ins, b.stack, "    "));
-    out.extend(freed_lines(&mut ins, "before that it was "));
-    Ok(lines(out))
+    Ok(render(&answer, args.json, || ins.warnings()))
 }
 
 /// The overwritten header (one whose size was not believed) that `addr` lies in or behind,
@@ -398,172 +442,184 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
     out
 }
 
+/// `verify`: what the checks of the lists found.
+#[derive(Serialize)]
+pub struct Verify {
+    ok: bool,
+    lists: u64,
+    blocks: u64,
+    bytes: u64,
+    problems: Vec<ProblemJson>,
+    /// Each problem as text, with the stack of the block it concerns.
+    #[serde(skip)]
+    problem_lines: Vec<String>,
+}
+
+impl Answer for Verify {
+    const COMMAND: &'static str = "verify";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = self.problem_lines.clone();
+        let (lists, blocks) = (plural(self.lists, "list"), plural(self.blocks, "block"));
+        out.push(if self.ok {
+            format!(
+                "dmem verify: {lists}, {blocks}, {} bytes: no problems found",
+                self.bytes
+            )
+        } else {
+            format!(
+                "dmem verify: {} found ({lists}, {blocks}, {} bytes walked)",
+                plural(self.problems.len() as u64, "problem"),
+                self.bytes
+            )
+        });
+        out
+    }
+}
+
 pub fn verify(args: cli::PlainArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
     let problems = verify_problems(&ins);
-    let (nblocks, nbytes) = ins.heap.totals(&ins.heap.everything());
-    let nlists = ins.heap.lists.len() as u64;
-    if args.json {
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            ok: bool,
-            lists: u64,
-            blocks: u64,
-            bytes: u64,
-            problems: Vec<ProblemJson>,
-        }
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "verify",
-            ok: problems.is_empty(),
-            lists: nlists,
-            blocks: nblocks,
-            bytes: nbytes,
-            problems: problems_json(&problems.iter().collect::<Vec<_>>()),
-        }));
+    let problems: Vec<&Problem> = problems.iter().collect();
+    let (blocks, bytes) = ins.heap.totals(&ins.heap.everything());
+    let answer = Verify {
+        ok: problems.is_empty(),
+        lists: ins.heap.lists.len() as u64,
+        blocks,
+        bytes,
+        problems: problems_json(&problems),
+        problem_lines: heap::problem_lines(&problems, &ins.heap.blocks, &ins.heap.stacks, &mut ins.namer, ""),
+    };
+    // The problems are the answer, not warnings in front of it.
+    Ok(render(&answer, args.json, Vec::new))
+}
+
+/// `stats`: the descriptor's counters and the live blocks per allocating thread.
+#[derive(Serialize)]
+pub struct Stats {
+    layout: String,
+    version: u64,
+    recording: Option<bool>,
+    counters: Counters,
+    walked: Walked,
+    lists_used: usize,
+    memory: String,
+    threads: Vec<ThreadRow>,
+    problems: Vec<ProblemJson>,
+    #[serde(skip)]
+    header_size: u64,
+    #[serde(skip)]
+    nframes: u64,
+    #[serde(skip)]
+    nlists: u64,
+}
+
+#[derive(Serialize)]
+pub struct Counters {
+    live_blocks: u64,
+    live_bytes: u64,
+    allocs: u64,
+    frees: u64,
+}
+
+#[derive(Serialize)]
+pub struct Walked {
+    blocks: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct ThreadRow {
+    tid: u32,
+    blocks: u64,
+    bytes: u64,
+}
+
+impl Answer for Stats {
+    const COMMAND: &'static str = "stats";
+
+    fn lines(&self) -> Vec<String> {
+        let c = &self.counters;
+        let mut out = vec![
+            format!(
+                "libdmem layout v{} at {}: {}-byte headers, {} frames, {} lists",
+                self.version, self.layout, self.header_size, self.nframes, self.nlists
+            ),
+            format!(
+                "recording: {}",
+                match self.recording {
+                    None => "unknown (flags unreadable)",
+                    Some(true) => "on",
+                    Some(false) => "off",
+                }
+            ),
+            format!("live blocks: {}", c.live_blocks),
+            format!("live bytes: {}", c.live_bytes),
+            format!("allocations: {}", c.allocs),
+            format!("frees: {}", c.frees),
+            format!("lists in use: {} of {}", self.lists_used, self.nlists),
+            format!(
+                "walked: {}, {} bytes",
+                plural(self.walked.blocks, "block"),
+                self.walked.bytes
+            ),
+            format!("memory: {}", self.memory),
+            "per thread (live blocks by allocating thread):".to_owned(),
+            format!("  {:>10} {:>12} {:>16}", "tid", "blocks", "bytes"),
+        ];
+        out.extend(
+            self.threads
+                .iter()
+                .map(|t| format!("  {:>10} {:>12} {:>16}", t.tid, t.blocks, t.bytes)),
+        );
+        out
     }
-    let mut out = heap::problem_lines(
-        &problems.iter().collect::<Vec<_>>(),
-        &ins.heap.blocks,
-        &ins.heap.stacks,
-        &mut ins.namer,
-        "",
-    );
-    if problems.is_empty() {
-        out.push(format!(
-            "dmem verify: {}, {}, {nbytes} bytes: no problems found",
-            plural(nlists, "list"),
-            plural(nblocks, "block")
-        ));
-    } else {
-        out.push(format!(
-            "dmem verify: {} found ({}, {}, {nbytes} bytes walked)",
-            plural(problems.len() as u64, "problem"),
-            plural(nlists, "list"),
-            plural(nblocks, "block")
-        ));
-    }
-    Ok(lines(out))
 }
 
 pub fn stats(args: cli::PlainArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
-    let warnings = ins.warnings();
     let heap = &ins.heap;
     let l = &ins.image.layout;
     let c = heap.counters;
-    let recording = l
-        .flags(&*ins.image.mem)
-        .ok()
-        .map(|f| f & crate::source::heapwalk::FLAG_RECORDING != 0);
     let mut threads: HashMap<u32, (u64, u64)> = HashMap::new();
     for b in &heap.blocks {
         let e = threads.entry(b.tid).or_default();
         e.0 += 1;
         e.1 += b.size;
     }
-    let mut threads: Vec<(u32, u64, u64)> = threads.into_iter().map(|(t, (n, z))| (t, n, z)).collect();
-    threads.sort_by(|a, b| (b.2, a.0).cmp(&(a.2, b.0)));
+    let mut threads: Vec<ThreadRow> = threads
+        .into_iter()
+        .map(|(tid, (blocks, bytes))| ThreadRow { tid, blocks, bytes })
+        .collect();
+    threads.sort_by(|a, b| (b.bytes, a.tid).cmp(&(a.bytes, b.tid)));
     let walked = heap.totals(&heap.everything());
-    let lists_used = heap.lists.iter().filter(|li| li.counters.allocs > 0).count();
-    let memory = match ins.image.pid {
-        Some(pid) => format!("process {pid}, read with process_vm_readv"),
-        None => format!("the core file of {}", ins.image.name),
+    let answer = Stats {
+        layout: hex(l.addr),
+        version: l.version,
+        recording: l
+            .flags(&*ins.image.mem)
+            .ok()
+            .map(|f| f & crate::source::heapwalk::FLAG_RECORDING != 0),
+        counters: Counters {
+            live_blocks: c.live_blocks,
+            live_bytes: c.live_bytes,
+            allocs: c.allocs,
+            frees: c.frees,
+        },
+        walked: Walked {
+            blocks: walked.0,
+            bytes: walked.1,
+        },
+        lists_used: heap.lists.iter().filter(|li| li.counters.allocs > 0).count(),
+        memory: match ins.image.pid {
+            Some(pid) => format!("process {pid}, read with process_vm_readv"),
+            None => format!("the core file of {}", ins.image.name),
+        },
+        threads,
+        problems: problems_json(&heap.problems()),
+        header_size: l.header_size,
+        nframes: l.nframes,
+        nlists: l.nlists,
     };
-    if args.json {
-        #[derive(Serialize)]
-        struct Counters {
-            live_blocks: u64,
-            live_bytes: u64,
-            allocs: u64,
-            frees: u64,
-        }
-        #[derive(Serialize)]
-        struct Walked {
-            blocks: u64,
-            bytes: u64,
-        }
-        #[derive(Serialize)]
-        struct Thread {
-            tid: u32,
-            blocks: u64,
-            bytes: u64,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            layout: String,
-            version: u64,
-            recording: Option<bool>,
-            counters: Counters,
-            walked: Walked,
-            lists_used: usize,
-            memory: String,
-            threads: Vec<Thread>,
-            problems: Vec<ProblemJson>,
-        }
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "stats",
-            layout: hex(l.addr),
-            version: l.version,
-            recording,
-            counters: Counters {
-                live_blocks: c.live_blocks,
-                live_bytes: c.live_bytes,
-                allocs: c.allocs,
-                frees: c.frees,
-            },
-            walked: Walked {
-                blocks: walked.0,
-                bytes: walked.1,
-            },
-            lists_used,
-            memory,
-            threads: threads
-                .iter()
-                .map(|&(tid, blocks, bytes)| Thread { tid, blocks, bytes })
-                .collect(),
-            problems: problems_json(&heap.problems()),
-        }));
-    }
-    let mut out = warnings;
-    out.push(format!(
-        "libdmem layout v{} at {}: {}-byte headers, {} frames, {} lists",
-        l.version,
-        hex(l.addr),
-        l.header_size,
-        l.nframes,
-        l.nlists
-    ));
-    out.push(format!(
-        "recording: {}",
-        match recording {
-            None => "unknown (flags unreadable)",
-            Some(true) => "on",
-            Some(false) => "off",
-        }
-    ));
-    out.push(format!("live blocks: {}", c.live_blocks));
-    out.push(format!("live bytes: {}", c.live_bytes));
-    out.push(format!("allocations: {}", c.allocs));
-    out.push(format!("frees: {}", c.frees));
-    out.push(format!("lists in use: {lists_used} of {}", l.nlists));
-    out.push(format!(
-        "walked: {}, {} bytes",
-        plural(walked.0, "block"),
-        walked.1
-    ));
-    out.push(format!("memory: {memory}"));
-    out.push("per thread (live blocks by allocating thread):".to_owned());
-    out.push(format!("  {:>10} {:>12} {:>16}", "tid", "blocks", "bytes"));
-    out.extend(
-        threads
-            .iter()
-            .map(|(t, n, z)| format!("  {t:>10} {n:>12} {z:>16}")),
-    );
-    Ok(lines(out))
+    Ok(render(&answer, args.json, || ins.warnings()))
 }

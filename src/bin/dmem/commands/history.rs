@@ -2,10 +2,10 @@
 //! what `whatis` says of an address inside a freed block.
 
 use crate::cli;
-use crate::commands::blocks::{lines, JSON_FORMAT};
+use crate::commands::answer::{self, render, Answer};
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
-use crate::model::text::{dump, hex};
+use crate::model::text::hex;
 use crate::source::history::{self, Absent, Event, History, Kind};
 use crate::source::memory::ReadError;
 use crate::{failed, Result};
@@ -37,46 +37,44 @@ pub fn read(ins: &Inspect) -> Result<History> {
     })
 }
 
-/// Seconds from an event to the newest one, as the text shows it.
-fn before(newest: u64, e: &Event) -> String {
-    format!("{:.6} s", newest.saturating_sub(e.time_ns) as f64 / 1e9)
-}
-
-/// The text of one event: a head line, then its stacks.
-pub fn event_lines(ins: &mut Inspect, e: &Event, newest: u64, indent: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let inner = format!("{indent}    ");
-    match e.kind {
-        Kind::Free => {
-            out.push(format!(
-                "{indent}freed by thread {}, {} before the newest event, at:",
-                e.tid,
-                before(newest, e)
-            ));
-            out.extend(ins.namer.lines(&e.free_stack, &inner));
-        }
-        Kind::Alloc => out.push(format!(
-            "{indent}allocated by thread {}, {} before the newest event",
-            e.tid,
-            before(newest, e)
-        )),
-    }
-    out.push(format!("{indent}allocated by thread {} at:", e.alloc_tid));
-    out.extend(ins.namer.lines(&e.alloc_stack, &inner));
-    out
-}
-
 #[derive(Serialize)]
 pub struct EventJson {
-    kind: &'static str,
-    addr: String,
-    size: u64,
-    tid: u32,
-    alloc_tid: u32,
+    pub kind: &'static str,
+    pub addr: String,
+    pub size: u64,
+    pub tid: u32,
+    pub alloc_tid: u32,
     /// Nanoseconds before the newest event of the history.
-    before_newest_ns: u64,
-    free_stack: Vec<JsonFrame>,
-    alloc_stack: Vec<JsonFrame>,
+    pub before_newest_ns: u64,
+    pub free_stack: Vec<JsonFrame>,
+    pub alloc_stack: Vec<JsonFrame>,
+    /// The block's address as a number, for the text.
+    #[serde(skip)]
+    pub start: u64,
+}
+
+impl EventJson {
+    /// The text of the event: a head line, then its stacks.
+    pub fn lines(&self, indent: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let inner = format!("{indent}    ");
+        let before = format!("{:.6} s", self.before_newest_ns as f64 / 1e9);
+        if self.kind == "free" {
+            out.push(format!(
+                "{indent}freed by thread {}, {before} before the newest event, at:",
+                self.tid
+            ));
+            out.extend(answer::stack_lines(&self.free_stack, &inner));
+        } else {
+            out.push(format!(
+                "{indent}allocated by thread {}, {before} before the newest event",
+                self.tid
+            ));
+        }
+        out.push(format!("{indent}allocated by thread {} at:", self.alloc_tid));
+        out.extend(answer::stack_lines(&self.alloc_stack, &inner));
+        out
+    }
 }
 
 pub fn event_json(ins: &mut Inspect, e: &Event, newest: u64) -> EventJson {
@@ -92,6 +90,7 @@ pub fn event_json(ins: &mut Inspect, e: &Event, newest: u64) -> EventJson {
         before_newest_ns: newest.saturating_sub(e.time_ns),
         free_stack: ins.namer.json(&e.free_stack),
         alloc_stack: ins.namer.json(&e.alloc_stack),
+        start: e.addr,
     }
 }
 
@@ -102,6 +101,49 @@ pub fn freed_block(h: &History, addr: u64) -> Option<(&Event, u64)> {
         .iter()
         .find(|e| e.kind == Kind::Free && e.holds(addr))
         .map(|e| (e, newest))
+}
+
+/// `history`: the events kept, newest first, those of one address when asked.
+#[derive(Serialize)]
+pub struct HistoryAnswer {
+    rings: usize,
+    capacity: u64,
+    recorded: u64,
+    kept: usize,
+    matched: usize,
+    events: Vec<EventJson>,
+    /// The address asked about (`--addr`).
+    #[serde(skip)]
+    addr: Option<u64>,
+}
+
+impl Answer for HistoryAnswer {
+    const COMMAND: &'static str = "history";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "history: {} events kept of {} recorded, in {} rings of {}; newest first",
+            self.kept, self.recorded, self.rings, self.capacity
+        )];
+        if let Some(a) = self.addr {
+            out.push(format!(
+                "{} of them in a block that held {}",
+                self.matched,
+                hex(a)
+            ));
+        }
+        for e in &self.events {
+            out.push(format!("{} {} ({} bytes)", e.kind, e.addr, e.size));
+            out.extend(e.lines("    "));
+        }
+        if self.events.len() < self.matched {
+            out.push(format!(
+                "... {} more not shown (--limit 0 shows all)",
+                self.matched - self.events.len()
+            ));
+        }
+        out
+    }
 }
 
 pub fn history(args: cli::HistoryArgs) -> Result<String> {
@@ -117,61 +159,17 @@ pub fn history(args: cli::HistoryArgs) -> Result<String> {
         0 => picked.len(),
         n => n.min(picked.len()),
     };
-    if args.json {
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            rings: usize,
-            capacity: u64,
-            recorded: u64,
-            kept: usize,
-            matched: usize,
-            events: Vec<EventJson>,
-        }
-        let events = picked[..shown]
+    let answer = HistoryAnswer {
+        rings: h.rings,
+        capacity: h.capacity,
+        recorded: h.recorded,
+        kept: h.events.len(),
+        matched: picked.len(),
+        events: picked[..shown]
             .iter()
             .map(|e| event_json(&mut ins, e, newest))
-            .collect();
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "history",
-            rings: h.rings,
-            capacity: h.capacity,
-            recorded: h.recorded,
-            kept: h.events.len(),
-            matched: picked.len(),
-            events,
-        }));
-    }
-    let mut out = ins.warnings();
-    out.push(format!(
-        "history: {} events kept of {} recorded, in {} rings of {}; newest first",
-        h.events.len(),
-        h.recorded,
-        h.rings,
-        h.capacity
-    ));
-    if let Some(a) = args.addr {
-        out.push(format!(
-            "{} of them in a block that held {}",
-            picked.len(),
-            hex(a)
-        ));
-    }
-    for e in &picked[..shown] {
-        let what = match e.kind {
-            Kind::Free => "free",
-            Kind::Alloc => "alloc",
-        };
-        out.push(format!("{what} {} ({} bytes)", hex(e.addr), e.size));
-        out.extend(event_lines(&mut ins, e, newest, "    "));
-    }
-    if shown < picked.len() {
-        out.push(format!(
-            "... {} more not shown (--limit 0 shows all)",
-            picked.len() - shown
-        ));
-    }
-    Ok(lines(out))
+            .collect(),
+        addr: args.addr,
+    };
+    Ok(render(&answer, args.json, || ins.warnings()))
 }

@@ -1,5 +1,6 @@
 //! The subcommands, one file each, and what only they need (finding the library, the core a run left).
 
+pub mod answer;
 pub mod blocks;
 pub mod catalog;
 pub mod corefile;
