@@ -71,7 +71,8 @@ fn files_under(root: &Path, dir: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The README's file map ("Where things are") names every file under `src/`, `gdb/` and `bench/`.
+/// The README's file map ("Where things are") names every file under `src/`, `gdb/` and `bench/`,
+/// every test file and script at the top of `tests/`, and the folders of helpers beside them.
 /// A file counts as named when a code span in that section is a trailing part of its path long
 /// enough to name it alone in the tree: `exports.rs` names src/exports.rs, while two `mod.rs`
 /// files need `unwind/mod.rs` and `leak/mod.rs`.
@@ -90,6 +91,23 @@ fn readme_file_map_names_every_file() {
     for dir in ["src", "gdb", "bench"] {
         files_under(root, dir, &mut files);
     }
+    // The tests themselves, one file each; `tests/common/` and `tests/python/` are named as
+    // folders of helpers.
+    let mut tests = Vec::new();
+    files_under(root, "tests", &mut tests);
+    let (helpers, top): (Vec<String>, Vec<String>) =
+        tests.into_iter().partition(|f| f.matches('/').count() > 1);
+    for dir in helpers
+        .iter()
+        .filter_map(|f| f.rsplit_once('/'))
+        .map(|(d, _)| format!("{d}/"))
+    {
+        assert!(
+            spans.contains(&dir.as_str()),
+            "README's file map does not name the folder {dir}"
+        );
+    }
+    files.extend(top);
     assert!(files.len() > 20, "found too few files: {files:?}");
     // Trailing parts of a path: for src/a/b.rs, "b.rs", "a/b.rs" and "src/a/b.rs".
     let suffixes = |f: &str| -> Vec<String> {
@@ -109,5 +127,69 @@ fn readme_file_map_names_every_file() {
     assert!(
         missing.is_empty(),
         "README's file map does not name these files (by a part of the path that names them alone): {missing:?}"
+    );
+}
+
+/// Lines of a transcript as they compare: addresses (eight hex digits or more) and the core's
+/// path, which differ from run to run, stand as `0xADDR` and `CORE`.
+fn comparable(lines: &[&str]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            if let Some(at) = l.find("core file: ") {
+                return format!("{}core file: CORE", &l[..at]);
+            }
+            let mut out = String::new();
+            let mut rest = *l;
+            while let Some(at) = rest.find("0x") {
+                let digits = rest[at + 2..].chars().take_while(char::is_ascii_hexdigit).count();
+                out.push_str(&rest[..at]);
+                out.push_str(if digits >= 8 {
+                    "0xADDR"
+                } else {
+                    &rest[at..at + 2 + digits]
+                });
+                rest = &rest[at + 2 + digits..];
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect()
+}
+
+/// The README's first transcript is what `dmem demo` prints, from the compiler's command to the
+/// report's total, addresses and the core's path aside.
+#[test]
+fn readme_demo_transcript_is_what_the_demo_prints() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let block = readme
+        .split("```\n$ cc ")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .map(|b| format!("$ cc {b}"))
+        .expect("README has no transcript starting with `$ cc`");
+    let shown: Vec<&str> = block.lines().collect();
+
+    let dir = common::scratch_dir("docs-demo");
+    let out = common::output(common::dmem().args(["demo", "--dir"]).arg(&dir));
+    let stdout = common::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "dmem demo failed: {}{stdout}",
+        common::text(&out.stderr)
+    );
+    let printed: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("$ cc "))
+        .take_while(|l| !l.starts_with("Next, in "))
+        .collect();
+    let printed: Vec<&str> = match printed.iter().position(|l| l.starts_with("total: ")) {
+        Some(last) => printed[..=last].to_vec(),
+        None => panic!("dmem demo printed no total line:\n{stdout}"),
+    };
+    assert_eq!(
+        comparable(&shown),
+        comparable(&printed),
+        "README's transcript differs from what dmem demo prints:\n{stdout}"
     );
 }
