@@ -49,23 +49,23 @@ pub fn has_an_end() -> bool {
     options::get().leak_report || options::aborts_here()
 }
 
-/// What `claim` found.
-pub enum Claim {
-    /// This thread finishes the process.
-    Mine,
-    /// This very thread is already finishing (abort-shutdown's abort, or a crash in the report).
+/// Which thread finishes the process, as `finisher` found it.
+pub enum Finisher {
+    /// This thread, from now on.
+    This,
+    /// This very thread, already (abort-shutdown's abort, or a crash in the report).
     Again,
-    /// Another thread is finishing the process; this one must wait for the end.
+    /// Another thread; this one must wait for the end.
     Other,
 }
 
-/// Makes this thread the one that finishes the process.
-pub fn claim() -> Claim {
+/// Makes this thread the one that finishes the process, unless one already is.
+pub fn finisher() -> Finisher {
     let me = crate::thread::gettid();
     match FINISHING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Claim::Mine,
-        Err(t) if t == me => Claim::Again,
-        Err(_) => Claim::Other,
+        Ok(_) => Finisher::This,
+        Err(t) if t == me => Finisher::Again,
+        Err(_) => Finisher::Other,
     }
 }
 
@@ -118,10 +118,10 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
     if in_shared_memory_child() {
         exit_now(status);
     }
-    match claim() {
-        Claim::Mine => {}
-        Claim::Again => exit_now(status),
-        Claim::Other => wait_for_the_end(),
+    match finisher() {
+        Finisher::This => {}
+        Finisher::Again => exit_now(status),
+        Finisher::Other => wait_for_the_end(),
     }
     entry.record();
     let code = report(status, way, entry);

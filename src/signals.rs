@@ -17,7 +17,7 @@
 //! report. In every case a watchdog timer makes sure the process dies of the signal even if the
 //! report cannot end.
 
-use crate::finish::{self, Claim, Way};
+use crate::finish::{self, Finisher, Way};
 use crate::leak::Entry;
 use crate::next::real_sigaction;
 use crate::{lists, options, own_heap};
@@ -91,14 +91,14 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
         die(sig, fault);
         return;
     }
-    match finish::claim() {
-        Claim::Mine => {}
+    match finish::finisher() {
+        Finisher::This => {}
         // abort-shutdown's abort, a bad free's, or a crash inside the report itself.
-        Claim::Again => {
+        Finisher::Again => {
             die(sig, fault);
             return;
         }
-        Claim::Other => finish::wait_for_the_end(),
+        Finisher::Other => finish::wait_for_the_end(),
     }
     own_heap::enter_emergency();
     DYING_OF.store(sig, Ordering::Relaxed);
