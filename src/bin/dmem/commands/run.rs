@@ -126,35 +126,7 @@ pub fn execute(spec: &Spec) -> Result<Outcome> {
     let cwd = cwd.canonicalize().unwrap_or(cwd);
     let core_dir = spec.core_dir.as_ref().map(|d| cwd.join(d));
     let pattern = corefile::pattern();
-
-    // Decide who writes the core: the kernel, or gdb when the kernel would not leave a file.
-    let mut use_gcore = spec.gcore;
-    if want_core && !use_gcore {
-        match sys::raise_core_limit() {
-            Ok((_, Some(0))) => {
-                notes.push(
-                    "the hard core-size limit is 0, so the kernel writes no core; running the program under gdb \
-                     to write it"
-                        .into(),
-                );
-                use_gcore = true;
-            }
-            Ok(_) => {}
-            Err(e) => notes.push(format!(
-                "could not raise the core-size limit ({e}); the core may be missing"
-            )),
-        }
-        if let corefile::Pattern::Pipe(handler) = &pattern {
-            if locate::gdb().is_ok() {
-                let program = handler.split_whitespace().next().unwrap_or(handler);
-                notes.push(format!(
-                    "core_pattern hands cores to {program} instead of writing a file; running the program \
-                     under gdb to write the core"
-                ));
-                use_gcore = true;
-            }
-        }
-    }
+    let use_gcore = spec.gcore || (want_core && gdb_must_write_the_core(&pattern, &mut notes));
 
     let mut preload = lib.into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -180,38 +152,10 @@ pub fn execute(spec: &Spec) -> Result<Outcome> {
         run.direct()?
     };
 
-    let aborted_as_asked = want_core && ended == Ended::Signaled(libc::SIGABRT);
-    match ended {
-        Ended::Signaled(sig) if aborted_as_asked => notes.push(format!(
-            "{name} aborted at exit, as abort-shutdown asks, so its exit status is {} (128+{sig})",
-            ended.status()
-        )),
-        Ended::Signaled(sig) => notes.push(format!(
-            "{name} was killed by {} (exit status {})",
-            sys::signal_name(sig),
-            ended.status()
-        )),
-        Ended::Exited(code) if want_core => notes.push(format!(
-            "{name} exited with status {code} without the abort at exit (it left through _exit or exec, or \
-             never loaded the library), so there is no core"
-        )),
-        Ended::Exited(_) => {}
-    }
+    notes.extend(how_it_ended(&name, ended, want_core));
     let dumped = matches!(ended, Ended::Signaled(sig) if sys::dumps_core(sig));
     if dumped && core.is_none() {
-        match &pattern {
-            corefile::Pattern::File(pat) => {
-                core = corefile::find(pat, &cwd, pid, started);
-                if core.is_none() {
-                    notes.push(format!(
-                        "no core file appeared (core_pattern '{pat}', working directory {}); check that the \
-                         directory is writable and 'ulimit -c' is not 0, or use 'dmem run --gcore'",
-                        show(&cwd)
-                    ));
-                }
-            }
-            corefile::Pattern::Pipe(handler) => notes.push(corefile::pipe_advice(handler, pid)),
-        }
+        core = find_the_core(&pattern, &cwd, pid, started, &mut notes);
         if let (Some(c), Some(dir)) = (&core, &core_dir) {
             if c.parent() != Some(dir.as_path()) {
                 core = Some(corefile::move_into(c, dir, &prog, &pid.to_string())?);
@@ -225,6 +169,84 @@ pub fn execute(spec: &Spec) -> Result<Outcome> {
         notes,
         stdout,
     })
+}
+
+/// Whether gdb must write the core because the kernel would not leave a file (a hard core-size
+/// limit of 0, or a core_pattern that pipes cores to a handler); raises the soft limit.
+fn gdb_must_write_the_core(pattern: &corefile::Pattern, notes: &mut Vec<String>) -> bool {
+    let mut use_gcore = false;
+    match sys::raise_core_limit() {
+        Ok((_, Some(0))) => {
+            notes.push(
+                "the hard core-size limit is 0, so the kernel writes no core; running the program under gdb \
+                 to write it"
+                    .into(),
+            );
+            use_gcore = true;
+        }
+        Ok(_) => {}
+        Err(e) => notes.push(format!(
+            "could not raise the core-size limit ({e}); the core may be missing"
+        )),
+    }
+    if let corefile::Pattern::Pipe(handler) = pattern {
+        if locate::gdb().is_ok() {
+            let program = handler.split_whitespace().next().unwrap_or(handler);
+            notes.push(format!(
+                "core_pattern hands cores to {program} instead of writing a file; running the program \
+                 under gdb to write the core"
+            ));
+            use_gcore = true;
+        }
+    }
+    use_gcore
+}
+
+/// The note on how the program ended, when there is one to make.
+fn how_it_ended(name: &str, ended: Ended, want_core: bool) -> Option<String> {
+    match ended {
+        Ended::Signaled(sig) if want_core && sig == libc::SIGABRT => Some(format!(
+            "{name} aborted at exit, as abort-shutdown asks, so its exit status is {} (128+{sig})",
+            ended.status()
+        )),
+        Ended::Signaled(sig) => Some(format!(
+            "{name} was killed by {} (exit status {})",
+            sys::signal_name(sig),
+            ended.status()
+        )),
+        Ended::Exited(code) if want_core => Some(format!(
+            "{name} exited with status {code} without the abort at exit (it left through _exit or exec, or \
+             never loaded the library), so there is no core"
+        )),
+        Ended::Exited(_) => None,
+    }
+}
+
+/// The core the kernel wrote for `pid` as the core_pattern says, or a note on why none is found.
+fn find_the_core(
+    pattern: &corefile::Pattern,
+    cwd: &Path,
+    pid: u32,
+    started: SystemTime,
+    notes: &mut Vec<String>,
+) -> Option<PathBuf> {
+    match pattern {
+        corefile::Pattern::File(pat) => {
+            let core = corefile::find(pat, cwd, pid, started);
+            if core.is_none() {
+                notes.push(format!(
+                    "no core file appeared (core_pattern '{pat}', working directory {}); check that the \
+                     directory is writable and 'ulimit -c' is not 0, or use 'dmem run --gcore'",
+                    show(cwd)
+                ));
+            }
+            core
+        }
+        corefile::Pattern::Pipe(handler) => {
+            notes.push(corefile::pipe_advice(handler, pid));
+            None
+        }
+    }
 }
 
 /// A warning when the loader will not honour LD_PRELOAD for this program.
