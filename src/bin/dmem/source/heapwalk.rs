@@ -929,6 +929,51 @@ fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
 /// walk was past it), so a loop ends at the step cap, or sooner when it comes back to the head,
 /// and the caller drops repeats. Remembering every header in a set instead would cost a cache
 /// miss per block, most of the walk's time on a large heap.
+/// Where a walk goes on after the header it was at was freed under it: whatever now follows the
+/// header before it, read afresh, or the list's head if it was the first.
+fn after_freed(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    head_addr: u64,
+    s: &mut ListScratch,
+    strict: bool,
+) -> Result<Option<u64>, std::io::Error> {
+    let hs = l.header_size;
+    Ok(match s.blocks.last() {
+        Some(b) => {
+            let p = b.addr - hs;
+            mem.forget_range(p, hs);
+            read_header(mem, l, i, p, &mut s.header, strict, None)?
+                .ok()
+                .map(|f| f.next)
+        }
+        None => mem.u64_fresh(head_addr).ok(),
+    })
+}
+
+/// The problem of a header whose back link does not name the header the walk came from.
+fn prev_mismatch(i: u64, h: u64, came_from: u64, its_prev: u64, seen: bool) -> Problem {
+    let came = if came_from != 0 {
+        format!("{came_from:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    Problem {
+        list: Some(i),
+        addr: Some(h),
+        text: format!(
+            "header {h:#x}, reached from {came}: its prev is {its_prev:#x}, not {came_from:#x}{}; rest of the list lost",
+            if seen {
+                " (it was walked already: the list loops back)"
+            } else {
+                ""
+            }
+        ),
+        header: Some(h),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn walk_headers(
     mem: &dyn Memory,
@@ -973,24 +1018,9 @@ fn walk_headers(
             mem.forget_range(h, hs);
             fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
             if fields.is_err() {
-                // Freed under the walk: go on from whatever now follows the header before it
-                // (or from the list's head, if it was the first).
-                let from = match s.blocks.last() {
-                    Some(b) => {
-                        let p = b.addr - hs;
-                        mem.forget_range(p, hs);
-                        match read_header(mem, l, i, p, &mut s.header, strict, None)? {
-                            Ok(f) => Some(f.next),
-                            Err(_) => None,
-                        }
-                    }
-                    None => mem.u64_fresh(head_addr).ok(),
-                };
-                if let Some(next) = from {
-                    if next != h {
-                        h = next;
-                        continue;
-                    }
+                if let Some(next) = after_freed(mem, l, i, head_addr, s, strict)?.filter(|&n| n != h) {
+                    h = next;
+                    continue;
                 }
             }
         }
@@ -1006,25 +1036,7 @@ fn walk_headers(
         if (strict || prev != 0) && f.prev != prev {
             if strict {
                 let seen = s.blocks.iter().any(|b| b.addr == h + hs);
-                let came = if prev != 0 {
-                    format!("{prev:#x}")
-                } else {
-                    "the list head".to_owned()
-                };
-                walk.problem = Some(Problem {
-                    list: Some(i),
-                    addr: Some(h),
-                    text: format!(
-                        "header {h:#x}, reached from {came}: its prev is {:#x}, not {prev:#x}{}; rest of the list lost",
-                        f.prev,
-                        if seen {
-                            " (it was walked already: the list loops back)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    header: Some(h),
-                });
+                walk.problem = Some(prev_mismatch(i, h, prev, f.prev, seen));
                 break;
             }
             walk.moved = true;
