@@ -4,7 +4,7 @@
 
 use crate::cli::{self, Filters};
 use crate::commands::inspect::Inspect;
-use crate::model::frames::JsonFrame;
+use crate::model::frames::{Folded, JsonFrame};
 use crate::model::heap::{self, StackGroup};
 use crate::model::text::{hex, plural};
 use crate::source::heapwalk::{Block, Problem};
@@ -167,13 +167,13 @@ pub fn addr_words(args: &cli::AddrArgs) -> Result<(Vec<std::ffi::OsString>, u64)
 /// `outer;...;inner BYTES` lines of stack groups, sorted by stack; and how many stacks and
 /// bytes they hold.
 pub fn fold(ins: &mut Inspect, groups: &[StackGroup]) -> (String, usize, u64) {
-    let mut acc: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut folded = Folded::default();
     for g in groups {
         let pcs = ins.heap.stacks[g.stack as usize].to_vec();
-        *acc.entry(ins.namer.folded(&pcs)).or_default() += g.bytes;
+        folded.add(ins.namer.folded(&pcs), g.bytes as i64);
     }
-    let text: String = acc.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
-    (text, acc.len(), acc.values().sum())
+    let (stacks, bytes) = folded.counts();
+    (folded.text(), stacks, bytes as u64)
 }
 
 /// Writes folded stacks where asked: to standard output, or to a file with a line saying so.

@@ -99,25 +99,49 @@ impl Namer {
         self.frames(pcs).iter().any(|f| re.is_match(&text(f)))
     }
 
-    /// The stack for folded output, outermost first: `main;make_list;malloc_wrapper`, each frame
-    /// its function (or its address), with `;` taken out of names.
+    /// The stack for folded output (`folded_key`), each frame its function or its address.
     pub fn folded(&mut self, pcs: &[u64]) -> String {
-        if pcs.is_empty() {
-            return "[no stack]".to_owned();
-        }
         let frames = self.frames(pcs);
-        frames
-            .iter()
-            .rev()
-            .map(|f| {
-                f.function
-                    .clone()
-                    .unwrap_or_else(|| format!("{:#x}", f.pc))
-                    .replace(';', ":")
-                    .replace('\n', " ")
-            })
-            .collect::<Vec<_>>()
-            .join(";")
+        folded_key(
+            frames
+                .iter()
+                .rev()
+                .map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.pc))),
+        )
+    }
+}
+
+/// A stack as folded output names it, outermost first: `main;make_list;malloc_wrapper`, with
+/// `;` taken out of names; `[no stack]` for none.
+pub fn folded_key(outermost_first: impl IntoIterator<Item = String>) -> String {
+    let names: Vec<String> = outermost_first
+        .into_iter()
+        .map(|n| n.replace(';', ":").replace('\n', " "))
+        .collect();
+    if names.is_empty() {
+        return "[no stack]".to_owned();
+    }
+    names.join(";")
+}
+
+/// Folded stacks, `outer;...;inner VALUE` per line sorted by stack, as flame-graph tools read
+/// them: the one writer of `dmem folded`, `dmem snapshot --format folded` and the flame graphs.
+#[derive(Default)]
+pub struct Folded(std::collections::BTreeMap<String, i64>);
+
+impl Folded {
+    /// Adds `value` to the stack `key` (from `folded_key`).
+    pub fn add(&mut self, key: String, value: i64) {
+        *self.0.entry(key).or_default() += value;
+    }
+
+    /// How many distinct stacks, and the sum of their values.
+    pub fn counts(&self) -> (usize, i64) {
+        (self.0.len(), self.0.values().sum())
+    }
+
+    pub fn text(&self) -> String {
+        self.0.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
     }
 }
 

@@ -3,7 +3,7 @@
 //! stacks) and `dmem diff` compares two of them, whether each came from a running process, a
 //! core file or a file written earlier.
 
-use crate::model::frames::Namer;
+use crate::model::frames::{folded_key, Folded, Namer};
 use crate::model::symbolize::{self, Symbolizer};
 use crate::source::heapwalk;
 use crate::source::mappings::Mappings;
@@ -155,7 +155,7 @@ impl Snapshot {
     /// Folded stacks (`outer;...;inner bytes`, one line per stack, sorted), as gdb's
     /// `dmem folded` writes them for flame-graph tools; inlined functions get a frame each.
     pub fn folded(&self) -> String {
-        let mut acc: HashMap<String, i64> = HashMap::new();
+        let mut folded = Folded::default();
         for s in self.stacks.iter().filter(|s| s.bytes != 0 || s.blocks != 0) {
             let mut names: Vec<String> = Vec::new();
             for f in s.frames.iter().rev() {
@@ -163,20 +163,11 @@ impl Snapshot {
                     names.push(format!("{:#x}", f.pc));
                     continue;
                 }
-                for l in f.lines.iter().rev() {
-                    names.push(l.function.replace(';', ":").replace('\n', " "));
-                }
+                names.extend(f.lines.iter().rev().map(|l| l.function.clone()));
             }
-            let key = if names.is_empty() {
-                "[no stack]".to_owned()
-            } else {
-                names.join(";")
-            };
-            *acc.entry(key).or_default() += s.bytes;
+            folded.add(folded_key(names), s.bytes);
         }
-        let mut lines: Vec<(String, i64)> = acc.into_iter().collect();
-        lines.sort();
-        lines.into_iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+        folded.text()
     }
 }
 
