@@ -206,102 +206,13 @@ pub fn command(
         }
     }
     let d = diff(&base, &new);
-    let minutes = d.seconds().map(|s| s / 60.0);
-    let rate = |c: &Change| minutes.map_or(0, |m| (c.delta_bytes as f64 / m).round() as i64);
-    let mut shown: Vec<&Change> = d.changes.iter().collect();
-    if let Some(n) = limit {
-        // The biggest changes either way, still in order of growth.
-        let mut by_size: Vec<usize> = (0..shown.len()).collect();
-        by_size.sort_by_key(|&i| std::cmp::Reverse(shown[i].delta_bytes.unsigned_abs()));
-        let mut keep: Vec<usize> = by_size.into_iter().take(n).collect();
-        keep.sort_unstable();
-        shown = keep.into_iter().map(|i| shown[i]).collect();
-    }
-    let (delta_bytes, delta_blocks) = (
-        new.live_bytes() - base.live_bytes(),
-        new.live_blocks() - base.live_blocks(),
-    );
+    let shown = biggest(&d.changes, limit);
     let out = std::io::stdout();
     let mut o = out.lock();
     let written = if json {
-        let doc = Sample {
-            time: snapjson::seconds(new.time_nanos),
-            base_time: Some(snapjson::seconds(base.time_nanos)),
-            source: String::new(),
-            live_bytes: new.live_bytes(),
-            live_blocks: new.live_blocks(),
-            delta_bytes: Some(delta_bytes),
-            delta_blocks: Some(delta_blocks),
-            read_ms: ((base.read_ms + new.read_ms) * 1e3).round() / 1e3,
-            inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
-            unchanged_stacks: Some(d.unchanged),
-            objects: Vec::new(),
-            temporary: Vec::new(),
-            stacks: shown
-                .iter()
-                .map(|c| SampleStack {
-                    delta_bytes: Some(c.delta_bytes),
-                    delta_blocks: Some(c.delta_blocks),
-                    rate_bytes_per_min: Some(rate(c)),
-                    class: Some(class(c).to_owned()),
-                    ..SampleStack::new(
-                        c.stack.bytes,
-                        c.stack.blocks,
-                        snapjson::frames(&d.objects, &c.stack.frames),
-                    )
-                })
-                .collect(),
-        };
-        snapjson::print(&doc, &mut o)
+        snapjson::print(&as_sample(&base, &new, &d, &shown), &mut o)
     } else {
-        let later = match d.seconds() {
-            Some(s) => format!(", {s:.1} s later"),
-            None => String::new(),
-        };
-        let at = |snap: &Snapshot| match snap.time_nanos {
-            t if t > 0 => format!(" at {}", clock(UNIX_EPOCH + Duration::from_nanos(t as u64))),
-            _ => String::new(),
-        };
-        let header = format!(
-            "{}{} -> {}{}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
-            base.source,
-            at(&base),
-            new.source,
-            at(&new),
-            bytes_text(new.live_bytes().max(0) as u64),
-            thousands(new.live_blocks().max(0) as u64),
-            signed(delta_bytes),
-            signed(delta_blocks),
-            d.changes.len(),
-            if d.changes.len() == 1 { "stack" } else { "stacks" },
-            d.unchanged
-        );
-        writeln!(o, "{header}").and_then(|_| {
-            if shown.is_empty() {
-                return Ok(());
-            }
-            writeln!(
-                o,
-                "{:>14} {:>10} {:>14} {:>10} {:>14}  class",
-                "bytes", "blocks", "change", "blocks", "per minute"
-            )?;
-            for c in &shown {
-                writeln!(
-                    o,
-                    "{:>14} {:>10} {:>14} {:>10} {:>14}  {}",
-                    thousands(c.stack.bytes.max(0) as u64),
-                    thousands(c.stack.blocks.max(0) as u64),
-                    signed(c.delta_bytes),
-                    signed(c.delta_blocks),
-                    signed(rate(c)),
-                    class(c)
-                )?;
-                for line in describe_frames(&d.objects, &c.stack.frames) {
-                    writeln!(o, "        {line}")?;
-                }
-            }
-            Ok(())
-        })
+        write_text(&mut o, &base, &new, &d, &shown)
     };
     if let Err(e) = written.and_then(|_| o.flush()) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -314,6 +225,113 @@ pub fn command(
         crate::commands::snapshot::write_to(&d.as_snapshot(source), path, Format::Pprof)?;
     }
     Ok(0)
+}
+
+/// The changes `--limit N` shows: the N biggest either way, still in order of growth.
+fn biggest(changes: &[Change], limit: Option<usize>) -> Vec<&Change> {
+    let all: Vec<&Change> = changes.iter().collect();
+    let Some(n) = limit else { return all };
+    let mut by_size: Vec<usize> = (0..all.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(all[i].delta_bytes.unsigned_abs()));
+    let mut keep: Vec<usize> = by_size.into_iter().take(n).collect();
+    keep.sort_unstable();
+    keep.into_iter().map(|i| all[i]).collect()
+}
+
+/// A change's growth in bytes per minute over the time between the snapshots, 0 without one.
+fn per_minute(d: &Diff, c: &Change) -> i64 {
+    d.seconds()
+        .map(|s| s / 60.0)
+        .map_or(0, |m| (c.delta_bytes as f64 / m).round() as i64)
+}
+
+/// The diff as `--json` writes it: one sample in `dmem top --json`'s shape.
+fn as_sample(base: &Snapshot, new: &Snapshot, d: &Diff, shown: &[&Change]) -> Sample {
+    Sample {
+        time: snapjson::seconds(new.time_nanos),
+        base_time: Some(snapjson::seconds(base.time_nanos)),
+        source: String::new(),
+        live_bytes: new.live_bytes(),
+        live_blocks: new.live_blocks(),
+        delta_bytes: Some(new.live_bytes() - base.live_bytes()),
+        delta_blocks: Some(new.live_blocks() - base.live_blocks()),
+        read_ms: ((base.read_ms + new.read_ms) * 1e3).round() / 1e3,
+        inconsistent_lists: base.inconsistent_lists + new.inconsistent_lists,
+        unchanged_stacks: Some(d.unchanged),
+        objects: Vec::new(),
+        temporary: Vec::new(),
+        stacks: shown
+            .iter()
+            .map(|c| SampleStack {
+                delta_bytes: Some(c.delta_bytes),
+                delta_blocks: Some(c.delta_blocks),
+                rate_bytes_per_min: Some(per_minute(d, c)),
+                class: Some(class(c).to_owned()),
+                ..SampleStack::new(
+                    c.stack.bytes,
+                    c.stack.blocks,
+                    snapjson::frames(&d.objects, &c.stack.frames),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The diff as text: a head line, then a table of the changed stacks with their frames.
+fn write_text(
+    o: &mut impl Write,
+    base: &Snapshot,
+    new: &Snapshot,
+    d: &Diff,
+    shown: &[&Change],
+) -> std::io::Result<()> {
+    let later = match d.seconds() {
+        Some(s) => format!(", {s:.1} s later"),
+        None => String::new(),
+    };
+    let at = |snap: &Snapshot| match snap.time_nanos {
+        t if t > 0 => format!(" at {}", clock(UNIX_EPOCH + Duration::from_nanos(t as u64))),
+        _ => String::new(),
+    };
+    writeln!(
+        o,
+        "{}{} -> {}{}{later}: {} in {} blocks ({} bytes, {} blocks); {} {} changed, {} unchanged",
+        base.source,
+        at(base),
+        new.source,
+        at(new),
+        bytes_text(new.live_bytes().max(0) as u64),
+        thousands(new.live_blocks().max(0) as u64),
+        signed(new.live_bytes() - base.live_bytes()),
+        signed(new.live_blocks() - base.live_blocks()),
+        d.changes.len(),
+        if d.changes.len() == 1 { "stack" } else { "stacks" },
+        d.unchanged
+    )?;
+    if shown.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        "{:>14} {:>10} {:>14} {:>10} {:>14}  class",
+        "bytes", "blocks", "change", "blocks", "per minute"
+    )?;
+    for c in shown {
+        writeln!(
+            o,
+            "{:>14} {:>10} {:>14} {:>10} {:>14}  {}",
+            thousands(c.stack.bytes.max(0) as u64),
+            thousands(c.stack.blocks.max(0) as u64),
+            signed(c.delta_bytes),
+            signed(c.delta_blocks),
+            signed(per_minute(d, c)),
+            class(c)
+        )?;
+        for line in describe_frames(&d.objects, &c.stack.frames) {
+            writeln!(o, "        {line}")?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
