@@ -111,14 +111,13 @@ pub fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
+#[path = "../../src/clock.rs"]
+mod clock;
+
+/// The library's clock (CLOCK_MONOTONIC in nanoseconds), which the fixtures' heartbeats and
+/// the library's own times are read on.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock::now_ns()
 }
 
 /// Heartbeats (monotonic nanoseconds) written by the fixture.
