@@ -263,6 +263,14 @@ fn mapped(maps: &Mappings) -> u64 {
 impl Server {
     fn metrics(&self, reader: Reader) -> Reply {
         let started = Instant::now();
+        let (rows, left_out) = self.counters(reader);
+        let text = exposition(&rows, &left_out, started);
+        Reply::ok("text/plain; version=0.0.4; charset=utf-8", text.into_bytes())
+    }
+
+    /// The counters of every process the reader may read, with how long each read took; and
+    /// the processes left out because their counters cannot be true, each with the reason.
+    fn counters(&self, reader: Reader) -> (Vec<Row>, Vec<String>) {
         let mut rows = Vec::new();
         let mut left_out = Vec::new();
         for (pid, name) in served(&self.pids, reader) {
@@ -295,71 +303,79 @@ impl Server {
                 Err(_) => {}
             }
         }
-        let mut out = String::new();
-        for line in &left_out {
-            let _ = writeln!(out, "# {line}");
+        (rows, left_out)
+    }
+}
+
+/// One process's counters as `/metrics` lists them: its id, name, counters and read time.
+type Row = (i32, String, heapwalk::Counters, std::time::Duration);
+
+/// The Prometheus text exposition of the rows.
+fn exposition(rows: &[Row], left_out: &[String], started: Instant) -> String {
+    let mut out = String::new();
+    for line in left_out {
+        let _ = writeln!(out, "# {line}");
+    }
+    let families: [Family; 4] = [
+        (
+            "dmem_live_bytes",
+            "gauge",
+            "Bytes in live blocks, from libdmem's counters.",
+            |c| c.live_bytes,
+        ),
+        (
+            "dmem_live_blocks",
+            "gauge",
+            "Live blocks, from libdmem's counters.",
+            |c| c.live_blocks,
+        ),
+        (
+            "dmem_allocations_total",
+            "counter",
+            "Blocks allocated since the process started.",
+            |c| c.allocs,
+        ),
+        (
+            "dmem_frees_total",
+            "counter",
+            "Blocks freed since the process started.",
+            |c| c.frees,
+        ),
+    ];
+    for (metric, kind, help, value) in families {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+        for (pid, name, c, _) in rows {
+            let _ = writeln!(
+                out,
+                "{metric}{{pid=\"{pid}\",comm=\"{}\"}} {}",
+                label(name),
+                value(c)
+            );
         }
-        let families: [Family; 4] = [
-            (
-                "dmem_live_bytes",
-                "gauge",
-                "Bytes in live blocks, from libdmem's counters.",
-                |c| c.live_bytes,
-            ),
-            (
-                "dmem_live_blocks",
-                "gauge",
-                "Live blocks, from libdmem's counters.",
-                |c| c.live_blocks,
-            ),
-            (
-                "dmem_allocations_total",
-                "counter",
-                "Blocks allocated since the process started.",
-                |c| c.allocs,
-            ),
-            (
-                "dmem_frees_total",
-                "counter",
-                "Blocks freed since the process started.",
-                |c| c.frees,
-            ),
-        ];
-        for (metric, kind, help, value) in families {
-            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-            for (pid, name, c, _) in &rows {
-                let _ = writeln!(
-                    out,
-                    "{metric}{{pid=\"{pid}\",comm=\"{}\"}} {}",
-                    label(name),
-                    value(c)
-                );
-            }
-        }
-        let _ = writeln!(
+    }
+    let _ = writeln!(
         out,
         "# HELP dmem_read_seconds How long reading the process's counters took.\n# TYPE dmem_read_seconds gauge"
     );
-        for (pid, name, _, took) in &rows {
-            let _ = writeln!(
-                out,
-                "dmem_read_seconds{{pid=\"{pid}\",comm=\"{}\"}} {:.6}",
-                label(name),
-                took.as_secs_f64()
-            );
-        }
+    for (pid, name, _, took) in rows {
         let _ = writeln!(
+            out,
+            "dmem_read_seconds{{pid=\"{pid}\",comm=\"{}\"}} {:.6}",
+            label(name),
+            took.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
         out,
         "# HELP dmem_processes Processes served that could be read.\n# TYPE dmem_processes gauge\ndmem_processes {}",
         rows.len()
     );
-        let _ = writeln!(
+    let _ = writeln!(
         out,
         "# HELP dmem_scrape_seconds How long this answer took, finding the processes included.\n# TYPE dmem_scrape_seconds gauge\ndmem_scrape_seconds {:.6}",
         started.elapsed().as_secs_f64()
     );
-        Reply::ok("text/plain; version=0.0.4; charset=utf-8", out.into_bytes())
-    }
+    out
 }
 
 #[cfg(test)]
