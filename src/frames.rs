@@ -4,15 +4,75 @@
 //! frame called (`analysis::allocfn`). It allocates (on libdmem's own heap), so it runs only at
 //! exit or on the way to an abort, with the reentrancy guard held and never from inside the
 //! loader; it asks `dladdr`, which takes the loader's lock, only until the exit report has taken
-//! the table of loaded objects (`diag::name_without_the_loader`).
+//! the table of loaded objects (`name_without_the_loader`).
 
 #[cfg(not(test))]
 use crate::analysis::allocfn::{Alloc, Callees};
 use crate::analysis::frame::{inlined_symbol, Frame};
 #[cfg(not(test))]
 use crate::analysis::suppressions::Recorded;
+use core::sync::atomic::{AtomicPtr, Ordering};
 use std::path::Path;
 use std::rc::Rc;
+
+/// A loaded object as the loader lists it: its path (empty for the program), the address its
+/// ELF header is mapped at, and the address ranges of its segments.
+struct Object {
+    path: Vec<u8>,
+    header: usize,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// The loaded objects, taken by `name_without_the_loader`; null until then.
+static OBJECTS: AtomicPtr<Vec<Object>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Takes what naming frames needs from the loader, while its lock can be taken: the exit report
+/// names frames after it has stopped every other thread for good, and one of them may hold that
+/// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' paths and segments are
+/// kept, and the `backtrace` crate lists them too now (once per process).
+pub fn name_without_the_loader() {
+    if !OBJECTS.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let mut objects: Vec<Object> = Vec::new();
+    crate::unwind::each_object(&mut |path, bias, phdrs| {
+        let loads = phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
+        let ranges = loads
+            .clone()
+            .map(|p| (bias + p.p_vaddr as usize, bias + (p.p_vaddr + p.p_memsz) as usize))
+            .collect();
+        // The segment that maps the file from its start holds the ELF header.
+        let header = loads
+            .clone()
+            .find(|p| p.p_offset == 0)
+            .map_or(bias, |p| bias + p.p_vaddr as usize);
+        objects.push(Object {
+            path: path.to_vec(),
+            header,
+            ranges,
+        });
+        false
+    });
+    OBJECTS.store(Box::into_raw(Box::new(objects)), Ordering::Release);
+    // An address in no object: the crate lists the objects once, and finds nothing to parse.
+    backtrace::resolve(core::ptr::null_mut(), |_| {});
+}
+
+/// The path (as the loader knows it; empty for the program) and the ELF header's address of the
+/// object that holds `at`, from the table `name_without_the_loader` took: None before it ran,
+/// Some(None) when no object holds `at`.
+pub fn object_at(at: usize) -> Option<Option<(&'static [u8], usize)>> {
+    let objects = OBJECTS.load(Ordering::Acquire);
+    if objects.is_null() {
+        return None;
+    }
+    // SAFETY: the table is leaked, never freed, once published.
+    let objects: &'static [Object] = unsafe { &*objects };
+    let o = objects
+        .iter()
+        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e));
+    Some(o.map(|o| (&o.path[..], o.header)))
+}
 
 /// What the loader says of an address: its object's path and load address, and the nearest
 /// dynamic symbol below it with that symbol's address.
@@ -29,7 +89,7 @@ struct Loaded {
 pub type Objects = std::collections::HashMap<u64, Option<Rc<Path>>>;
 
 fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
-    let (named, base, symbol) = match crate::diag::object_at(at) {
+    let (named, base, symbol) = match object_at(at) {
         // Once the exit report took the table of loaded objects, the loader is not asked: a
         // thread it stopped may hold the loader's lock.
         Some(None) => return None,

@@ -36,7 +36,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     // Everything that allocates or takes the loader's lock, before the stop.
     let mut world = World::prepare();
     let objs = objects();
-    crate::diag::name_without_the_loader();
+    crate::frames::name_without_the_loader();
     lists::lock_all();
     // The process's mappings, sorted (the kernel lists them in order), read with the lists
     // locked so that every block on them is in one; empty in a report from a fatal signal, whose
