@@ -82,10 +82,11 @@ fn describe_stack(out: &mut Out, frames: &[usize; NFRAMES]) {
 }
 
 /// Describes a return address the one way libdmem prints frames, in the bad-free line and in
-/// the exit report alike: `function (file:line) in object`, from its innermost frame as
+/// the exit report alike (`analysis::frame::Frame::text`: `function+0xOFF (file:line) in
+/// object`, as the launcher writes frames), from its innermost frame as
 /// `frames.rs` symbolises it (names demangled, files and lines from the symbol tables and debug
-/// info through the `backtrace` crate), else the loader's dynamic symbol (`symbol+0xOFF`), else
-/// the raw address; the object is the file mapped there. It allocates (on libdmem's own heap),
+/// info through the `backtrace` crate), else the loader's dynamic symbol, else the raw address;
+/// the object is the file mapped there. It allocates (on libdmem's own heap),
 /// so it runs only at exit or on the way to an abort, with the reentrancy guard held and never
 /// from inside the loader. Once `name_without_the_loader` has run it takes no lock of the
 /// loader's (the exit report's case); before, it asks `dladdr`.
@@ -94,25 +95,9 @@ pub fn describe_pc(out: &mut Out, pc: usize) {
     describe_frame(out, &frames[0]);
 }
 
-/// A frame as `describe_pc` writes it.
+/// A frame as `describe_pc` writes it: `Frame::text`, as the launcher writes frames too.
 pub fn describe_frame(out: &mut Out, f: &crate::analysis::frame::Frame) {
-    match (&f.function, f.offset) {
-        (Some(name), Some(off)) => {
-            out.str(name).str("+").hex(off as usize);
-        }
-        (Some(name), None) => {
-            out.str(name);
-            if let (Some((_, file)), Some(line)) = (f.file_parts(), f.line) {
-                let _ = write!(out, " ({file}:{line})");
-            }
-        }
-        (None, _) => {
-            out.hex(f.pc as usize);
-        }
-    }
-    if let Some(name) = f.object.as_deref().and_then(|p| p.file_name()) {
-        out.str(" in ").str(&name.to_string_lossy());
-    }
+    out.str(&f.text());
 }
 
 impl Write for Out {

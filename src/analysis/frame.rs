@@ -29,6 +29,38 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// The frame as one line, the one way both sides write a frame (the exit report after its
+    /// `#N 0xPC`, the launcher on a line of its own): `function+0x1a (file.c:12) in
+    /// libfoo.so`, the file without its directory, an inlined function marked `[inlined]` and
+    /// without an offset (which belongs to the function it was inlined into), an address
+    /// nothing names as itself.
+    pub fn text(&self) -> String {
+        let mut s = match &self.function {
+            Some(name) => match self.offset {
+                Some(o) if !self.inlined => format!("{name}+{o:#x}"),
+                _ => name.clone(),
+            },
+            None => format!("{:#x}", self.pc),
+        };
+        if let Some(file) = &self.file {
+            let file = Path::new(file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.clone());
+            match self.line {
+                Some(l) => s.push_str(&format!(" ({file}:{l})")),
+                None => s.push_str(&format!(" ({file})")),
+            }
+        }
+        if self.inlined {
+            s.push_str(" [inlined]");
+        }
+        if let Some(name) = self.object.as_deref().and_then(Path::file_name) {
+            s.push_str(&format!(" in {}", name.to_string_lossy()));
+        }
+        s
+    }
+
     pub fn bare(pc: u64, object: Option<Rc<Path>>) -> Frame {
         Frame {
             pc,

@@ -1,41 +1,12 @@
-//! The one way frames are written, as text and as JSON, for every command: `function+0x1a
-//! (file.c:12) in libfoo.so`, the file without its directory, inlined functions on lines of
-//! their own marked `[inlined]`, an address nothing names as itself.
+//! Frames as every command writes them: as text (`Frame::text`, the one style the exit report
+//! writes too), escaped, and as JSON; a stack's lines, and its folded form.
 
 use crate::model::symbolize::{Frame, Symbolizer};
 use serde::Serialize;
-use std::path::Path;
 
-/// A frame as one line of text; names read from an image are shown escaped.
+/// A frame as one line of text (`Frame::text`); names read from an image are shown escaped.
 pub fn text(f: &Frame) -> String {
-    crate::cli::escaped(raw_text(f).as_bytes())
-}
-
-fn raw_text(f: &Frame) -> String {
-    let mut s = match &f.function {
-        Some(name) => match f.offset {
-            Some(o) if !f.inlined => format!("{name}+{o:#x}"),
-            _ => name.clone(),
-        },
-        None => format!("{:#x}", f.pc),
-    };
-    if let Some(file) = &f.file {
-        let file = Path::new(file)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| file.clone());
-        match f.line {
-            Some(l) => s.push_str(&format!(" ({file}:{l})")),
-            None => s.push_str(&format!(" ({file})")),
-        }
-    }
-    if f.inlined {
-        s.push_str(" [inlined]");
-    }
-    if let Some(name) = f.object.as_deref().and_then(Path::file_name) {
-        s.push_str(&format!(" in {}", name.to_string_lossy()));
-    }
-    s
+    crate::cli::escaped(f.text().as_bytes())
 }
 
 /// A frame as JSON: every part, `null` where unknown, and the text line.
@@ -148,6 +119,7 @@ impl Folded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::rc::Rc;
 
     #[test]
