@@ -753,11 +753,14 @@ pub fn command() -> clap::Command {
 
 /// The subcommands users call, for messages: `a, b and c`.
 fn subcommands() -> String {
-    let names: Vec<String> = command()
+    // In the order of the declaration, which `dmem --help` lists them in too.
+    let mut subs: Vec<(usize, String)> = declared()
         .get_subcommands()
         .filter(|s| !s.is_hide_set())
-        .map(|s| s.get_name().to_owned())
+        .map(|s| (s.get_display_order(), s.get_name().to_owned()))
         .collect();
+    subs.sort();
+    let names: Vec<String> = subs.into_iter().map(|(_, n)| n).collect();
     match names.split_last() {
         Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
         None => String::new(),
@@ -955,6 +958,18 @@ mod tests {
             !help.contains("\n  commands "),
             "the gdb side's command is hidden: {help}"
         );
+    }
+
+    #[test]
+    fn mistakes_list_the_subcommands_in_their_order() {
+        let Err(Early::Mistake(None, msg)) = parse_words(&["frobnicate"]) else {
+            panic!("frobnicate was taken");
+        };
+        assert!(
+            msg.contains("the subcommands are run, summary, stacks, walk, whatis, "),
+            "{msg}"
+        );
+        assert!(msg.contains(" install and completions ("), "{msg}");
     }
 
     #[test]
