@@ -7,6 +7,7 @@ use crate::analysis::reach::{Class, Heuristic};
 use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
+use crate::commands::answer::{self, render, Answer};
 use crate::commands::blocks::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
     BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
@@ -635,6 +636,100 @@ fn typed(ins: &Inspect, names: &Names, pool: &[usize]) -> (BTreeMap<String, Vec<
     (by, vt.len())
 }
 
+/// `types`: the blocks counted by C++ type, with the stacks most of each type came from.
+#[derive(Serialize)]
+pub struct Types {
+    /// Which blocks were looked at (`describe`).
+    blocks: String,
+    total: TypesTotal,
+    types: Vec<TypeRow>,
+    problems: Vec<ProblemJson>,
+    /// How many vtable symbols the loaded objects have.
+    #[serde(skip)]
+    nvtables: usize,
+}
+
+#[derive(Serialize)]
+pub struct TypesTotal {
+    types: usize,
+    blocks: u64,
+    bytes: u64,
+    of_blocks: usize,
+}
+
+/// One type of `types`: its blocks and bytes, and its three biggest stacks.
+#[derive(Serialize)]
+pub struct TypeRow {
+    #[serde(rename = "type")]
+    name: String,
+    blocks: u64,
+    bytes: u64,
+    stacks: Vec<TypeStack>,
+    /// How many stacks its blocks came from.
+    #[serde(skip)]
+    nstacks: usize,
+}
+
+#[derive(Serialize)]
+pub struct TypeStack {
+    blocks: u64,
+    bytes: u64,
+    example: String,
+    stack: Vec<JsonFrame>,
+}
+
+impl Answer for Types {
+    const COMMAND: &'static str = "types";
+
+    fn lines(&self) -> Vec<String> {
+        let what = &self.blocks;
+        if self.types.is_empty() {
+            return vec![format!(
+                "no {what} block starts with a pointer into a vtable (of {})",
+                plural(self.nvtables as u64, "vtable symbol")
+            )];
+        }
+        let mut out = vec![format!("{:>12} {:>14}  type", "blocks", "bytes")];
+        out.extend(
+            self.types
+                .iter()
+                .map(|t| format!("{:>12} {:>14}  {}", t.blocks, t.bytes, t.name)),
+        );
+        if self.total.types > self.types.len() {
+            out.push(format!(
+                "... {} more types not shown; --limit 0 shows all",
+                self.total.types - self.types.len()
+            ));
+        }
+        for t in &self.types {
+            let first = &t.stacks[0];
+            out.push(format!(
+                "{}: {}, most from ({}, {} bytes, e.g. {}):",
+                t.name,
+                plural(t.blocks, "block"),
+                plural(first.blocks, "block"),
+                first.bytes,
+                first.example
+            ));
+            out.extend(answer::stack_lines(&first.stack, "    "));
+            if t.nstacks > 1 {
+                out.push(format!(
+                    "    ... and {} more",
+                    plural(t.nstacks as u64 - 1, "stack")
+                ));
+            }
+        }
+        out.push(format!(
+            "total: {} of {} {what} blocks ({} bytes) are of {}",
+            self.total.blocks,
+            self.total.of_blocks,
+            self.total.bytes,
+            plural(self.total.types as u64, "C++ type")
+        ));
+        out
+    }
+}
+
 pub fn types(args: cli::TypesArgs) -> Result<String> {
     let classes = classes_of(args.leaks, &args.show);
     let mut pool = Pool::open(&args.image, &classes)?;
@@ -653,112 +748,38 @@ pub fn types(args: cli::TypesArgs) -> Result<String> {
     }
     rows.sort_by(|a, b| (b.1, b.2, &a.0).cmp(&(a.1, a.2, &b.0)));
     let shown = limited(&rows, f.limit);
-    let what = describe(&classes);
-    if f.json {
-        #[derive(Serialize)]
-        struct Total {
-            types: usize,
-            blocks: u64,
-            bytes: u64,
-            of_blocks: usize,
-        }
-        #[derive(Serialize)]
-        struct StackRow {
-            blocks: u64,
-            bytes: u64,
-            example: String,
-            stack: Vec<JsonFrame>,
-        }
-        #[derive(Serialize)]
-        struct TypeRow {
-            #[serde(rename = "type")]
-            name: String,
-            blocks: u64,
-            bytes: u64,
-            stacks: Vec<StackRow>,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            blocks: String,
-            total: Total,
-            types: Vec<TypeRow>,
-            problems: Vec<ProblemJson>,
-        }
-        let types = shown
-            .iter()
-            .map(|(n, c, z, g)| TypeRow {
-                name: n.clone(),
-                blocks: *c,
-                bytes: *z,
-                stacks: g
-                    .iter()
-                    .take(3)
-                    .map(|g| StackRow {
-                        blocks: g.blocks,
-                        bytes: g.bytes,
-                        example: hex(g.example),
-                        stack: stack_json(pool.ins(), g.stack),
-                    })
-                    .collect(),
-            })
-            .collect();
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "types",
-            blocks: what,
-            total: Total {
-                types: rows.len(),
-                blocks: rows.iter().map(|r| r.1).sum(),
-                bytes: rows.iter().map(|r| r.2).sum(),
-                of_blocks: blocks.len(),
-            },
-            types,
-            problems: problems_json(&pool.ins().heap.problems()),
-        }));
-    }
-    let mut out = pool.warnings();
-    if rows.is_empty() {
-        out.push(format!(
-            "no {what} block starts with a pointer into a vtable (of {})",
-            plural(nvtables as u64, "vtable symbol")
-        ));
-        return Ok(lines(out));
-    }
-    out.push(format!("{:>12} {:>14}  type", "blocks", "bytes"));
-    out.extend(shown.iter().map(|(n, c, z, _)| format!("{c:>12} {z:>14}  {n}")));
-    if rows.len() > shown.len() {
-        out.push(format!(
-            "... {} more types not shown; --limit 0 shows all",
-            rows.len() - shown.len()
-        ));
-    }
-    for (n, c, _, g) in shown {
-        let first = &g[0];
-        out.push(format!(
-            "{n}: {}, most from ({}, {} bytes, e.g. {}):",
-            plural(*c, "block"),
-            plural(first.blocks, "block"),
-            first.bytes,
-            hex(first.example)
-        ));
-        out.extend(stack_lines(pool.ins(), first.stack, "    "));
-        if g.len() > 1 {
-            out.push(format!(
-                "    ... and {} more",
-                plural(g.len() as u64 - 1, "stack")
-            ));
-        }
-    }
-    out.push(format!(
-        "total: {} of {} {what} blocks ({} bytes) are of {}",
-        rows.iter().map(|r| r.1).sum::<u64>(),
-        blocks.len(),
-        rows.iter().map(|r| r.2).sum::<u64>(),
-        plural(rows.len() as u64, "C++ type")
-    ));
-    Ok(lines(out))
+    let types = shown
+        .iter()
+        .map(|(n, c, z, g)| TypeRow {
+            name: n.clone(),
+            blocks: *c,
+            bytes: *z,
+            stacks: g
+                .iter()
+                .take(3)
+                .map(|g| TypeStack {
+                    blocks: g.blocks,
+                    bytes: g.bytes,
+                    example: hex(g.example),
+                    stack: stack_json(pool.ins(), g.stack),
+                })
+                .collect(),
+            nstacks: g.len(),
+        })
+        .collect();
+    let answer = Types {
+        blocks: describe(&classes),
+        total: TypesTotal {
+            types: rows.len(),
+            blocks: rows.iter().map(|r| r.1).sum(),
+            bytes: rows.iter().map(|r| r.2).sum(),
+            of_blocks: blocks.len(),
+        },
+        types,
+        problems: problems_json(&pool.ins().heap.problems()),
+        nvtables,
+    };
+    Ok(render(&answer, f.json, || pool.warnings()))
 }
 
 /// (values, their counts, number of values, distinct values): the `limit` most frequent
