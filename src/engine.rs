@@ -13,7 +13,7 @@ use crate::header::{
     self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_BITS, SIZE_MASK,
 };
 use crate::lists::Refused;
-use crate::stack_counts::Hint;
+use crate::stack_hint::{self, Hint};
 use crate::unwind::Origin;
 use crate::{deferred, history, lists, options, stack_counts, thread, unwind};
 
@@ -73,7 +73,7 @@ fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) -> Hint {
         let _ = from;
         const ONES: [usize; header::NFRAMES] = [1; header::NFRAMES];
         *frames = ONES;
-        return Hint::bare(const { stack_counts::key(&ONES) });
+        return Hint::bare(const { stack_hint::key(&ONES) });
     }
     #[allow(unreachable_code)]
     match thread::Guard::enter() {
@@ -81,7 +81,7 @@ fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) -> Hint {
         // A nested call from inside libdmem (the unwinder's first use): no stack.
         None => {
             *frames = [0; header::NFRAMES];
-            stack_counts::NO_STACK
+            stack_hint::NO_STACK
         }
     }
 }
@@ -449,7 +449,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     let hint = if options::get().record {
         record(from, &mut frames)
     } else {
-        stack_counts::NO_STACK
+        stack_hint::NO_STACK
     };
     // The old block's header as it was, for the history, should the block move.
     let old = history_on().then(|| {

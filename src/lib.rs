@@ -22,6 +22,7 @@ mod procmaps;
 mod sink;
 mod spinlock;
 mod stack_counts;
+mod stack_hint;
 mod table_pages;
 mod thread;
 mod tls;

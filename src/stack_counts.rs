@@ -25,6 +25,7 @@
 
 use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
+use crate::stack_hint::{Hint, Memo};
 use crate::table_pages;
 use crate::thread;
 use core::cell::Cell;
@@ -79,10 +80,6 @@ static NOWHERE: Entry = Entry {
     frames: [0; NFRAMES],
 };
 
-/// Where a stack's counts went last, as one word: the entry's address, the list whose table
-/// holds it plus one in the bits above user-space addresses, and `SHARED` in its low bit (free,
-/// since entries are 64-byte aligned) when threads share that table. Zero is none.
-type Memo = usize;
 const TAG_SHIFT: u32 = 48;
 const SHARED: usize = 1;
 const ADDRESS: usize = ((1 << TAG_SHIFT) - 1) & !63;
@@ -97,42 +94,6 @@ fn entry_of<'a>(memo: Memo) -> &'a Entry {
     // SAFETY: a memo is only ever made by `remember` from an entry of a table that is never
     // unmapped (or NOWHERE), and only read after its tag was checked, which a zero memo fails.
     unsafe { &*((memo & ADDRESS) as *const Entry) }
-}
-
-/// What the walker knows of a stack it captured: its key, and, for a stack shape it keeps, the
-/// shape's memo of where its counts go. The walker keeps a memo per shape (`unwind/fast.rs`), so
-/// a walk answered from a shape, nearly every walk, brings the entry to count in with its key,
-/// and counting is a check and two additions. Two words, so it travels in registers.
-#[derive(Clone, Copy)]
-pub struct Hint {
-    pub key: u64,
-    slot: *mut Memo,
-}
-
-impl Hint {
-    /// A stack with no shape to remember its entry by.
-    pub const fn bare(key: u64) -> Hint {
-        Hint {
-            key,
-            slot: core::ptr::null_mut(),
-        }
-    }
-
-    /// A stack whose shape keeps its memo in `slot`.
-    pub fn kept(key: u64, slot: &mut Memo) -> Hint {
-        Hint { key, slot }
-    }
-
-    /// The memo, or none.
-    #[inline(always)]
-    fn memo(&self) -> Memo {
-        if self.slot.is_null() {
-            return 0;
-        }
-        // SAFETY: a field of a stack shape in the thread's TLS area or its borrowed table, which
-        // live as long as the thread (see `remember`).
-        unsafe { *self.slot }
-    }
 }
 
 /// What a thread keeps between an allocation and the next call: its newest block, the memo of
@@ -158,21 +119,6 @@ fn local<'a>() -> &'a Local {
     // valid one, and only this thread touches them, through `Cell`s.
     unsafe { &*(*crate::tls::area()).counts.as_ptr().cast::<Local>() }
 }
-
-/// The key of a stack: its frames hashed, made odd.
-#[inline]
-pub const fn key(frames: &[usize; NFRAMES]) -> u64 {
-    let mut h: u64 = 0x243f_6a88_85a3_08d3;
-    let mut i = 0;
-    while i < NFRAMES {
-        h = (h.rotate_left(23) ^ frames[i] as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        i += 1;
-    }
-    (h ^ (h >> 29)) | 1
-}
-
-/// The empty stack, which an allocation made from inside libdmem records.
-pub const NO_STACK: Hint = Hint::bare(key(&[0; NFRAMES]));
 
 /// Adds `n` to a counter: with a plain load and store where the caller's thread is the table's
 /// only writer, atomically where threads share it.
@@ -348,6 +294,7 @@ const _: () = assert!(ENTRY_SIZE == 128);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stack_hint::{key, NO_STACK};
 
     #[test]
     fn keys_are_odd_and_tell_stacks_apart() {

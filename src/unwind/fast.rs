@@ -40,7 +40,7 @@ use super::stacks::KnownStacks;
 use super::tables::rule_from_tables;
 use super::thread_tables;
 use crate::header::NFRAMES;
-use crate::stack_counts::{self, Hint};
+use crate::stack_hint::{self, Hint};
 use crate::tls;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
@@ -431,7 +431,7 @@ fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn
     let hint = if shape.len > 0 {
         Hint::kept(shape.key, &mut shape.memo)
     } else {
-        Hint::bare(stack_counts::key(out))
+        Hint::bare(stack_hint::key(out))
     };
     if local.large.is_null() {
         local.unreplayed += 1;
@@ -579,7 +579,7 @@ fn full_walk(
     out[n..].fill(0);
     if rec.ok {
         rec.shape.frames = *out;
-        rec.shape.key = stack_counts::key(out);
+        rec.shape.key = stack_hint::key(out);
     } else {
         rec.shape.len = 0;
     }

@@ -26,7 +26,7 @@ mod thread_tables;
 use crate::header::NFRAMES;
 #[cfg(target_arch = "x86_64")]
 use crate::options::Unwinder;
-use crate::stack_counts::Hint;
+use crate::stack_hint::Hint;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 static OWN_LO: AtomicUsize = AtomicUsize::new(0);
@@ -126,7 +126,7 @@ pub fn here() -> Origin {
 
 /// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest, and
 /// returns what the per-stack counts need of the stack: its key, and, from the cached walker's
-/// stack shapes, where its counts went last (`stack_counts::Hint`). The caller holds the
+/// stack shapes, where its counts went last (`stack_hint::Hint`). The caller holds the
 /// reentrancy guard, since either unwinder may allocate on first use.
 #[inline(always)]
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) -> Hint {
@@ -166,7 +166,7 @@ fn capture_backtrace(out: &mut [usize; NFRAMES]) -> Hint {
             n < NFRAMES
         });
     }
-    Hint::bare(crate::stack_counts::key(out))
+    Hint::bare(crate::stack_hint::key(out))
 }
 
 /// Notes that the program is unmapping `[start, end)`, so no walk reads there through the

@@ -17,7 +17,7 @@ use crate::cli::SnapshotFormat;
 use crate::cli::{show, RecordArgs};
 use crate::commands::snapshot::{write_to, Source};
 use crate::commands::timeline;
-use crate::model::series::Series;
+use crate::model::series::{self, Series};
 use crate::model::text::thousands;
 use crate::source::image::Target;
 use crate::source::live;
@@ -31,15 +31,6 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often the counters are read for a new peak.
 const POLL: Duration = Duration::from_millis(100);
 
-/// What ends the name of a profile written at a new peak (`take`'s kind "peak.").
-const PEAK_SUFFIX: &str = ".peak.pb.gz";
-
-/// Whether `path` names a profile `--at-peak` wrote.
-pub fn is_peak(path: &Path) -> bool {
-    path.file_name()
-        .is_some_and(|n| n.to_string_lossy().ends_with(PEAK_SUFFIX))
-}
-
 /// The chart `--timeline` keeps drawn, and the series it draws.
 struct Chart {
     path: PathBuf,
@@ -51,7 +42,7 @@ impl Chart {
     /// is said once per profile and does not end the recording, whose profiles matter more.
     fn add(&mut self, snap: &crate::model::snapshot::Snapshot, written: &Path) {
         let name = written.file_name().map(show).unwrap_or_default();
-        self.series.add(snap, name, is_peak(written));
+        self.series.add(snap, name, series::is_peak(written));
         let format = timeline::format_of(&self.path);
         if let Err(f) = timeline::write(&self.series, 10, format, &self.path) {
             eprintln!("dmem record: {}", f.msg);

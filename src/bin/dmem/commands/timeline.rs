@@ -4,10 +4,9 @@
 //! `dmem record --timeline` redraws the same chart after each profile it writes.
 
 use crate::cli::{show, TimelineArgs, TimelineFormat as Format};
-use crate::commands::record;
 use crate::commands::snapshot::Source;
 use crate::model::chart;
-use crate::model::series::Series;
+use crate::model::series::{self, Series};
 use crate::{failed, usage, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,7 +33,7 @@ pub fn main(a: TimelineArgs) -> Result<i32> {
             )));
         }
         let name = path.file_name().map(show).unwrap_or_else(|| show(&path));
-        series.add(&snap, name, record::is_peak(&path));
+        series.add(&snap, name, series::is_peak(&path));
     }
     series.sort_by_time();
     write(&series, a.limit, format, &output)?;

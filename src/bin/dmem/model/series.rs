@@ -12,6 +12,17 @@ use crate::model::snapjson::{self, JsonFrame};
 use crate::model::snapshot::{self, Snapshot, Stack};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::path::Path;
+
+/// What ends the name of a profile `dmem record --at-peak` wrote at a new peak (its kind
+/// "peak.").
+pub const PEAK_SUFFIX: &str = ".peak.pb.gz";
+
+/// Whether `path` names a profile written at a new peak.
+pub fn is_peak(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(PEAK_SUFFIX))
+}
 
 /// One snapshot of the series.
 pub struct Point {
