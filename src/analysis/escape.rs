@@ -34,6 +34,34 @@ pub fn escape(bytes: &[u8], emit: &mut dyn FnMut(&[u8])) {
     }
 }
 
+/// Text for XML or HTML, in an element or a quoted attribute: the markup characters as
+/// entities, tabs and newlines kept, and the other control characters (which XML 1.0 cannot
+/// carry at all) shown as by [`escape`], and U+FFFE/U+FFFF by their code points. valgrind's XML, the timeline's SVG and
+/// page and `dmem serve`'s index all quote names read from a core or a process with it.
+pub fn markup(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\t' | '\n' => out.push(c),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                escape(c.encode_utf8(&mut buf).as_bytes(), &mut |p| {
+                    out.push_str(std::str::from_utf8(p).unwrap_or("?"))
+                });
+            }
+            '\u{fffe}' => out.push_str("\\u{fffe}"),
+            '\u{ffff}' => out.push_str("\\u{ffff}"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn hex(v: u32) -> u8 {
     b"0123456789abcdef"[(v & 15) as usize]
 }
@@ -54,5 +82,17 @@ mod tests {
         assert_eq!(escaped(b"a\x1b[2Jb\n\x7f"), "a\\x1b[2Jb\\x0a\\x7f");
         assert_eq!(escaped("é\u{9b}31m".as_bytes()), "é\\u{9b}31m");
         assert_eq!(escaped(b"x\xffy\xc3"), "x\\xffy\\xc3");
+    }
+
+    #[test]
+    fn markup_quotes_what_xml_and_html_give_meaning_or_cannot_carry() {
+        assert_eq!(
+            markup("std::map<int, A&> \"q\" 'a'"),
+            "std::map&lt;int, A&amp;&gt; &quot;q&quot; &#39;a&#39;"
+        );
+        assert_eq!(
+            markup("a\u{1}b\tc\nd\u{9b}\u{ffff}"),
+            "a\\x01b\tc\nd\\u{9b}\\u{ffff}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! and how often each suppression was used.
 
 use crate::analysis::allocfn::{self, Alloc};
+use crate::analysis::escape::markup;
 use crate::analysis::frame::Frame;
 use crate::analysis::reach::Class;
 use crate::analysis::suppressions::{below_main_cut, Generated, Stack, PLACEHOLDER};
@@ -45,25 +46,6 @@ pub fn kind(c: Class) -> &'static str {
     }
 }
 
-/// Text as XML character data: markup characters escaped, and the control characters XML 1.0
-/// cannot carry at all replaced.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The whole document: preamble, the loss records, and the suppressions' counts as
 /// (name, uses).
 pub fn document(run: &Run, records: &[Record], suppcounts: &[(String, u64)]) -> String {
@@ -72,7 +54,7 @@ pub fn document(run: &Run, records: &[Record], suppcounts: &[(String, u64)]) -> 
     x.push_str("<protocolversion>4</protocolversion>\n<protocoltool>memcheck</protocoltool>\n\n");
     x.push_str("<preamble>\n");
     for l in run.preamble {
-        let _ = writeln!(x, "  <line>{}</line>", escape(l));
+        let _ = writeln!(x, "  <line>{}</line>", markup(l));
     }
     x.push_str("</preamble>\n\n");
     let _ = write!(
@@ -81,9 +63,9 @@ pub fn document(run: &Run, records: &[Record], suppcounts: &[(String, u64)]) -> 
         run.pid, run.ppid
     );
     if let Some((exe, args)) = run.argv.split_first() {
-        let _ = writeln!(x, "    <exe>{}</exe>", escape(exe));
+        let _ = writeln!(x, "    <exe>{}</exe>", markup(exe));
         for a in args {
-            let _ = writeln!(x, "    <arg>{}</arg>", escape(a));
+            let _ = writeln!(x, "    <arg>{}</arg>", markup(a));
         }
     }
     x.push_str("  </argv>\n</args>\n\n");
@@ -101,7 +83,7 @@ pub fn document(run: &Run, records: &[Record], suppcounts: &[(String, u64)]) -> 
         let _ = write!(
             x,
             "  <pair>\n    <count>{count}</count>\n    <name>{}</name>\n  </pair>\n",
-            escape(name)
+            markup(name)
         );
     }
     x.push_str("</suppcounts>\n\n</valgrindoutput>\n\n");
@@ -134,10 +116,10 @@ fn error(x: &mut String, i: usize, n: usize, r: &Record) {
         x.push_str("    <frame>\n");
         let _ = writeln!(x, "      <ip>{:#X}</ip>", r.alloc_ip);
         if let Some(o) = &alloc_obj {
-            let _ = writeln!(x, "      <obj>{}</obj>", escape(o));
+            let _ = writeln!(x, "      <obj>{}</obj>", markup(o));
         }
         if let Some(n) = name {
-            let _ = writeln!(x, "      <fn>{}</fn>", escape(allocfn::demangled(n)));
+            let _ = writeln!(x, "      <fn>{}</fn>", markup(allocfn::demangled(n)));
         }
         x.push_str("    </frame>\n");
     }
@@ -151,11 +133,11 @@ fn error(x: &mut String, i: usize, n: usize, r: &Record) {
             x,
             "  <suppression>\n    <sname>{PLACEHOLDER}</sname>\n    <skind>{}</skind>\n    <skaux>{}</skaux>\n",
             g.kind,
-            escape(&g.aux)
+            markup(&g.aux)
         );
         for l in &g.lines {
             let (tag, v) = l.split_once(':').unwrap_or(("obj", "*"));
-            let _ = writeln!(x, "    <sframe> <{tag}>{}</{tag}> </sframe>", escape(v));
+            let _ = writeln!(x, "    <sframe> <{tag}>{}</{tag}> </sframe>", markup(v));
         }
         // CDATA cannot hold "]]>": split it between two sections, as the protocol says.
         let raw = g.text().replace("]]>", "]]]]><![CDATA[>");
@@ -171,16 +153,16 @@ fn frame(x: &mut String, f: &Frame) {
     x.push_str("    <frame>\n");
     let _ = writeln!(x, "      <ip>{:#X}</ip>", f.pc);
     if let Some(o) = &f.object {
-        let _ = writeln!(x, "      <obj>{}</obj>", escape(&o.to_string_lossy()));
+        let _ = writeln!(x, "      <obj>{}</obj>", markup(&o.to_string_lossy()));
     }
     if let Some(name) = &f.function {
-        let _ = writeln!(x, "      <fn>{}</fn>", escape(name));
+        let _ = writeln!(x, "      <fn>{}</fn>", markup(name));
     }
     if let Some((dir, file)) = f.file_parts() {
         if let Some(d) = dir {
-            let _ = writeln!(x, "      <dir>{}</dir>", escape(d));
+            let _ = writeln!(x, "      <dir>{}</dir>", markup(d));
         }
-        let _ = writeln!(x, "      <file>{}</file>", escape(file));
+        let _ = writeln!(x, "      <file>{}</file>", markup(file));
         if let Some(l) = f.line {
             let _ = writeln!(x, "      <line>{l}</line>");
         }
@@ -196,7 +178,10 @@ mod tests {
 
     #[test]
     fn cpp_names_are_escaped_and_cdata_kept_whole() {
-        assert_eq!(escape("std::map<int, A&>\u{1}"), "std::map&lt;int, A&amp;&gt;?");
+        assert_eq!(
+            markup("std::map<int, A&>\u{1}"),
+            "std::map&lt;int, A&amp;&gt;\\x01"
+        );
         let mut f = Frame::bare(0x1234, Some(Rc::from(Path::new("/a/b&c"))));
         f.function = Some("void f<int>(A&)".into());
         f.symbol = Some("_Z1fIiEvR1A".into());

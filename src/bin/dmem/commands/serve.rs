@@ -12,6 +12,7 @@
 mod access;
 mod http;
 
+use crate::analysis::escape::markup;
 use crate::cli::ServeArgs;
 use crate::commands::snapshot::Source;
 use crate::source::heapwalk;
@@ -215,7 +216,7 @@ fn index(pids: &[i32], reader: Reader) -> Reply {
         let _ = writeln!(
             html,
             "<li><a href=\"heap?pid={pid}\">heap</a> of process {pid} ({})</li>",
-            escape_html(name)
+            markup(name)
         );
     }
     if procs.is_empty() {
@@ -223,10 +224,6 @@ fn index(pids: &[i32], reader: Reader) -> Reply {
     }
     html.push_str("</ul>\n<p><a href=\"/metrics\">metrics</a></p>\n</body></html>\n");
     Reply::ok("text/html; charset=utf-8", html.into_bytes())
-}
-
-fn escape_html(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.

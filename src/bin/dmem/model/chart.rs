@@ -5,6 +5,7 @@
 //! `<title>`). As an SVG file, or inline in one HTML page with a table of the stacks and the
 //! profiles: no script, nothing fetched, so the page works opened from disk.
 
+use crate::analysis::escape::markup;
 use crate::model::series::{Band, View};
 use crate::model::text::{size_short, sparkline, thousands};
 use std::fmt::Write as _;
@@ -34,26 +35,6 @@ pub fn colour(band: &Band, rank: usize) -> &'static str {
     } else {
         PALETTE[rank % PALETTE.len()]
     }
-}
-
-/// Text for XML, in an element or an attribute.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // Control characters are not allowed in XML 1.0 at all: show them as escapes.
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// A step of 1, 2 or 5 times a power of ten that cuts `range` into at most about `ticks` parts.
@@ -195,7 +176,7 @@ pub fn svg(view: &View) -> String {
         "<style>.band:hover,.entry:hover rect{stroke:#000;stroke-width:1.5}.entry{cursor:default}</style>\n",
     );
     let title = format!("Live heap by allocation stack, {}", view.series.source);
-    let _ = writeln!(o, "<title>{}</title>", escape(&title));
+    let _ = writeln!(o, "<title>{}</title>", markup(&title));
     let _ = writeln!(o, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
     let _ = writeln!(
         o,
@@ -204,7 +185,7 @@ pub fn svg(view: &View) -> String {
     let _ = writeln!(
         o,
         r##"<text class="subtitle" x="{LEFT}" y="44" fill="#555">{}</text>"##,
-        escape(&subtitle(view))
+        markup(&subtitle(view))
     );
 
     // The vertical axis, from the highest total.
@@ -284,7 +265,7 @@ pub fn svg(view: &View) -> String {
             rank + 1,
             colour(band, rank),
             points.trim_end(),
-            escape(&hover(view, band))
+            markup(&hover(view, band))
         );
     }
     o.push_str("</g>\n");
@@ -313,7 +294,7 @@ pub fn svg(view: &View) -> String {
             if top { "#b00020" } else { "#555555" },
             if top { 1.5 } else { 1.0 },
             if top { "6 3" } else { "2 3" },
-            escape(&title)
+            markup(&title)
         );
         if top {
             let _ = writeln!(
@@ -335,14 +316,14 @@ pub fn svg(view: &View) -> String {
             o,
             r##"<g class="entry" data-rank="{}"><title>{}</title><rect x="{LEFT}" y="{:.2}" width="14" height="14" fill="{}"/><text class="label" x="{:.2}" y="{:.2}">{}</text><text class="value" x="{RIGHT}" y="{:.2}" text-anchor="end" fill="#333">{}</text></g>"##,
             rank + 1,
-            escape(&hover(view, band)),
+            markup(&hover(view, band)),
             top,
             colour(band, rank),
             LEFT + 20.0,
             top + 11.5,
-            escape(&legend_name(view, band, rank)),
+            markup(&legend_name(view, band, rank)),
             top + 11.5,
-            escape(&peak_text(view, band))
+            markup(&peak_text(view, band))
         );
     }
     if bands.is_empty() {
@@ -409,7 +390,7 @@ pub fn html(view: &View) -> String {
     let _ = writeln!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>",
-        escape(&title)
+        markup(&title)
     );
     o.push_str(
         "<style>\nbody{font-family:sans-serif;margin:16px 24px;color:#222}\n\
@@ -425,7 +406,7 @@ pub fn html(view: &View) -> String {
     let _ = writeln!(
         o,
         "<h1>Live heap by allocation stack</h1>\n<p class=\"subtitle\">{}</p>",
-        escape(&subtitle(view))
+        markup(&subtitle(view))
     );
     o.push_str(&svg(view));
 
@@ -467,8 +448,8 @@ pub fn html(view: &View) -> String {
              <td title=\"{} bytes\">{}</td><td>{}</td><td>{}</td><td>{}</td>{rates}<td class=\"spark\">{}</td></tr>",
             if band.track.is_some() { (rank + 1).to_string() } else { String::new() },
             colour(band, rank),
-            escape(&band.label),
-            escape(&frames),
+            markup(&band.label),
+            markup(&frames),
             thousands(peak.max(0) as u64),
             size_short(peak.max(0) as u64),
             when(view, at),
@@ -488,8 +469,8 @@ pub fn html(view: &View) -> String {
             let _ = writeln!(
                 o,
                 "<tr><td class=\"stack\"><details><summary>{}</summary><pre>{}</pre></details></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&a.label),
-                escape(&a.track.lines.join("\n")),
+                markup(&a.label),
+                markup(&a.track.lines.join("\n")),
                 thousands(a.rates.allocs.max(0) as u64),
                 per_s(a.rates.allocs_per_s),
                 thousands(a.rates.temporary.max(0) as u64),
@@ -512,7 +493,7 @@ pub fn html(view: &View) -> String {
             thousands(p.live_bytes.max(0) as u64),
             thousands(p.live_blocks.max(0) as u64),
             if p.peak { "peak" } else { "" },
-            escape(&p.name)
+            markup(&p.name)
         );
     }
     o.push_str("</tbody>\n</table>\n</body>\n</html>\n");
@@ -574,6 +555,6 @@ mod tests {
             4 + 5,
             "four stacks and five profiles"
         );
-        assert_eq!(escape("a\u{1}b"), "a\\x01b");
+        assert_eq!(markup("a\u{1}b"), "a\\x01b");
     }
 }
