@@ -200,25 +200,25 @@ def measure(wname, argv, extra_env, tool_list, scratch, args):
 
 def show_costliest(wname, profiles, rows, count):
     """The libdmem functions with the most instructions of their own, per allocation, for each
-    dmem tool side by side (ordered by the default tool's, else the first's)."""
-    dmem_tools = [t for t in profiles if t.startswith("dmem")]
+    dmem tool side by side: the `count` costliest of each tool, costliest first."""
+    dmem_tools = [t for t in profiles if t.startswith("dmem") and rows[t][2]]
     if not dmem_tools:
         return
-    order = []
-    for t in sorted(dmem_tools, key=lambda t: t != "dmem"):
+    per_alloc = {}
+    for t in dmem_tools:
         for _, fn in profiles[t].costliest("libdmem", count):
-            if fn not in order:
-                order.append(fn)
-    print(f"{wname:<8}  the costliest functions of libdmem, instructions of their own per allocation:")
-    print("          " + "".join(f"{t:>15}" for t in dmem_tools) + "  function")
-    for fn in order:
-        cells = []
+            per_alloc.setdefault(fn, {})
+    for fn, cells in per_alloc.items():
         for t in dmem_tools:
             own = sum(ir for (obj, f), ir in profiles[t].own.items()
                       if f == fn and obj and "libdmem" in obj)
-            allocs = rows[t][2]
-            cells.append(f"{own / allocs:>15.1f}" if allocs else f"{'-':>15}")
-        print("          " + "".join(cells) + "  " + fn[:90])
+            cells[t] = own / rows[t][2]
+    order = sorted(per_alloc, key=lambda fn: -max(per_alloc[fn].values()))
+    order = [fn for fn in order if max(per_alloc[fn].values()) >= 0.05]
+    print(f"{wname:<8}  the costliest functions of libdmem, instructions of their own per allocation:")
+    print("          " + "".join(f"{t:>15}" for t in dmem_tools) + "  function")
+    for fn in order:
+        print("          " + "".join(f"{per_alloc[fn][t]:>15.1f}" for t in dmem_tools) + "  " + fn[:90])
 
 
 def main():

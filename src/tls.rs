@@ -31,7 +31,7 @@ pub struct Area {
 /// Room for `thread::State`, asserted where it is defined.
 pub const THREAD_WORDS: usize = 3;
 /// Room for the walker's `Local`, asserted where it is defined.
-pub const WALKER_WORDS: usize = 480;
+pub const WALKER_WORDS: usize = 496;
 /// Room for `stack_counts::Local`, asserted where it is defined.
 pub const COUNTS_WORDS: usize = 3;
 

@@ -67,37 +67,101 @@ struct Local {
     /// core's first-level cache; the shared cache's slots are often evicted between two
     /// allocations.
     memo: [(usize, u64); MEMO_SLOTS],
-    /// The (address, rule) pairs of the previous walk, by depth (see `walk`). Consecutive
+    /// The (address, rule) pairs of the previous walk, by depth (see `full_walk`). Consecutive
     /// allocations often come from stacks that share frames (a loop, an interpreter's evaluation
     /// loop), and a slot found by depth needs no hash.
     prev: [(usize, u64); MAX_STEPS],
-    /// Shapes of recent walks, by a hash of where they started (see `shape_index`), until the
+    /// Shapes of recent walks, by a hash of where they started (see `Key`), until the
     /// thread borrows a larger table.
     small: Shapes<SMALL_SHAPES>,
     /// The larger table of shapes this thread borrowed, or null (see `thread_tables.rs`).
     large: *mut Shapes<LARGE_SHAPES>,
     /// Walks this thread could not replay while it had no large table.
     unreplayed: u32,
+    /// The program counters walks started at lately, each with the distance from the stack
+    /// pointer to the return address into the first caller plus one, or 0 where that is not a
+    /// fixed distance (see `first_return`). Walks start in a handful of entry points (malloc,
+    /// free, realloc, operator new...), so a few compares find one without a hash.
+    origins: [(usize, usize); ORIGINS],
+    /// Which of `origins` is replaced next.
+    next_origin: usize,
 }
 
-/// A table of shapes, used in pairs: a walk may be answered by either shape of its pair, and
-/// replaces the one that did not answer last.
+/// Entry points a thread's walks start in that it remembers.
+const ORIGINS: usize = 4;
+
+/// A table of shapes in sets of `WAYS`: a walk may be answered by any shape of its set that
+/// has its key, and a walk no shape answered replaces one that did not answer last, in turn.
+/// Looking at a shape's key costs two compares, so a set can be wide; most walks are answered by
+/// the shape that answered its set last, which is tried first.
 struct Shapes<const N: usize> {
     shapes: [Shape; N],
-    /// Per pair, at the index of its first shape: which of the two answered or was filled last.
-    recent: [u8; N],
+    /// Per set, at the index of its first shape: the way that answered or was filled last, and
+    /// next to it the way to replace next.
+    order: [u8; N],
 }
+
+/// Shapes in a set.
+const WAYS: usize = 4;
 
 impl<const N: usize> Shapes<N> {
     const EMPTY: Self = Shapes {
         shapes: [NO_SHAPE; N],
-        recent: [0; N],
+        order: [0; N],
     };
 
     fn clear(&mut self) {
         for shape in self.shapes.iter_mut() {
-            shape.len = 0;
+            // No walk starts at address 0, so no key matches.
+            shape.pc = 0;
         }
+    }
+
+    /// The index of the first shape of the set `hash` picks.
+    #[inline(always)]
+    fn set(hash: u64) -> usize {
+        // The product's top bits are the well-mixed ones.
+        (hash >> (64 - N.trailing_zeros())) as usize & !(WAYS - 1)
+    }
+
+    /// Replays the shape of the set `hash` picks that has the walk's key and matches the stack,
+    /// filling `out`, and returns what the per-stack counts need of it; none when no shape does.
+    #[inline(always)]
+    fn replay(
+        &mut self,
+        hash: u64,
+        key: &Key,
+        bp0: usize,
+        b: &Bounds,
+        out: &mut [usize; NFRAMES],
+    ) -> Option<Hint> {
+        let set = Self::set(hash);
+        let last = usize::from(self.order[set]);
+        for i in 0..WAYS {
+            let way = (last + i) % WAYS;
+            let shape = &mut self.shapes[set + way];
+            if shape.pc == key.pc && shape.ra == key.ra && shape.replay(b.lo, bp0, b, out) {
+                self.order[set] = way as u8;
+                return Some(Hint::kept(shape.count_key, &mut shape.memo));
+            }
+        }
+        None
+    }
+
+    /// A shape of the set `hash` picks, other than the one that answered last, emptied for a
+    /// walk to fill.
+    fn make_way(&mut self, hash: u64) -> &mut Shape {
+        let set = Self::set(hash);
+        let last = usize::from(self.order[set]) % WAYS;
+        let mut way = usize::from(self.order[set + 1]) % WAYS;
+        if way == last {
+            way = (way + 1) % WAYS;
+        }
+        self.order[set] = way as u8;
+        self.order[set + 1] = ((way + 1) % WAYS) as u8;
+        let shape = &mut self.shapes[set + way];
+        *shape = NO_SHAPE;
+        shape
     }
 }
 
@@ -109,8 +173,10 @@ const SMALL_SHAPES: usize = 8;
 /// Shapes in a borrowed table: 128 answer 99% of CPython's walks where 32 answered 88%.
 const LARGE_SHAPES: usize = 128;
 const _: () = assert!(core::mem::size_of::<Shapes<LARGE_SHAPES>>() <= thread_tables::TABLE_BYTES);
-// Pairs are picked by the top bits of a hash.
-const _: () = assert!(SMALL_SHAPES.is_power_of_two() && LARGE_SHAPES.is_power_of_two() && SMALL_SHAPES >= 2);
+// Sets are picked by the top bits of a hash.
+const _: () =
+    assert!(SMALL_SHAPES.is_power_of_two() && LARGE_SHAPES.is_power_of_two() && SMALL_SHAPES >= WAYS);
+const _: () = assert!(WAYS.is_power_of_two() && WAYS >= 2);
 /// Walks a thread makes without a replay before it borrows a large table.
 const BORROW_AFTER: u32 = 256;
 
@@ -133,14 +199,23 @@ const RELATIVE: u16 = 1 << 15;
 /// stack found at another depth still matches. Other values of %rbp (a general register in code
 /// without frame pointers) decide nothing and are not checked. A walk that ended on a failed
 /// step is not kept, since where the stack ends is not relative.
+///
+/// A shape is found by its key: the program counter the walk started at (which entry point, so
+/// which first frame) and, when the first frame's return address lies at a fixed distance from
+/// the stack pointer (its rule puts the CFA at %rsp plus an offset, as in every function built
+/// without frame pointers), that return address. The key's return address is then checked by
+/// the lookup and is not among the shape's checks.
 #[derive(Clone, Copy)]
 struct Shape {
+    /// The key (see `Key`); `pc` is 0 for no shape.
+    pc: usize,
+    ra: usize,
     want: [usize; CHECKS],
     /// The frames the walk recorded, zero past the last: what a replay copies out.
     frames: [usize; NFRAMES],
     /// Their key in the per-stack counts (`stack_counts.rs`), hashed once when the shape was
     /// recorded, and where their counts went last: what a replay gives back with them.
-    key: u64,
+    count_key: u64,
     memo: usize,
     /// Offsets from the starting stack pointer of the words to check, with `RELATIVE` set for
     /// stack addresses.
@@ -150,20 +225,35 @@ struct Shape {
     /// How far above the starting stack pointer the stack must reach: past the highest CFA and
     /// every word checked.
     span: u32,
-    /// Checks; 0 for no shape.
+    /// Checks.
     len: u8,
+    /// Whether every check is of a return address and the walk used no %rbp it started with:
+    /// the shape of a stack of code without frame pointers, replayed by the shortest loop.
+    plain: bool,
 }
 
 const NO_SHAPE: Shape = Shape {
+    pc: 0,
+    ra: 0,
     want: [0; CHECKS],
     frames: [0; NFRAMES],
-    key: 0,
+    count_key: 0,
     memo: 0,
     at: [0; CHECKS],
     bp0: None,
     span: 0,
     len: 0,
+    plain: false,
 };
+
+/// What a walk's shape is looked up by: where it started and, when its first step reads it at a
+/// fixed distance from the stack pointer, the return address into the first caller (else 0).
+/// Distinct allocation sites often call from the same stack depth; the return address tells
+/// them apart, and the stack pointer (only hashed) tells one site's depths apart.
+struct Key {
+    pc: usize,
+    ra: usize,
+}
 
 /// A shape being recorded by a walk.
 struct Recorder<'a> {
@@ -223,6 +313,8 @@ const LOCAL_INIT: Local = Local {
     small: Shapes::EMPTY,
     large: core::ptr::null_mut(),
     unreplayed: 0,
+    origins: [(0, 0); ORIGINS],
+    next_origin: 0,
 };
 
 /// The calling thread's `Local`, in its TLS area, initialised on the thread's first use.
@@ -272,6 +364,18 @@ struct Bounds {
 }
 
 impl Bounds {
+    /// The word `off` bytes above the low end, when it lies within the bounds; `off` is below
+    /// 2^32 (a rule's offsets are).
+    #[inline(always)]
+    fn read_above(&self, off: usize) -> Option<usize> {
+        if off + 8 <= self.hi - self.lo {
+            // SAFETY: as in `read`: [lo + off, lo + off + 8) lies within [lo, hi).
+            Some(unsafe { ((self.lo + off) as *const usize).read_unaligned() })
+        } else {
+            None
+        }
+    }
+
     #[inline(always)]
     fn read(&self, addr: usize) -> Option<usize> {
         if addr >= self.lo && addr <= self.hi - 8 {
@@ -363,73 +467,133 @@ pub fn here() -> Origin {
 /// entries past the last frame found; returns what the per-stack counts need of the stack.
 /// Returns a hint of key 0 (no key is), having written nothing, when the walk cannot be bounded
 /// to this thread's stack; the caller then uses another unwinder.
+///
+/// This is the replay of a remembered shape, which answers nearly every walk; everything else
+/// (a walk by the rules, a new generation, borrowing a table) is out of line, so that the replay
+/// keeps few registers and a short prologue.
 #[inline(never)]
 pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> Hint {
     // SAFETY: only `capture` and `forget_table` touch the thread's `Local`, and a walk is never
     // re-entered on one thread: its caller holds the reentrancy guard, and a nested allocation
     // takes the untracked path.
     let local = unsafe { local() };
-    walk(local, from.0, out, skip)
-}
-
-/// A hash that picks the pair of shapes a walk from `regs` may use: by the stack pointer and
-/// the return address into the first caller, since distinct allocation sites often call from
-/// the same stack depth. The first step costs little: its rule is nearly
-/// always the previous walk's.
-#[inline(always)]
-fn shape_index(
-    prev: &mut [(usize, u64); MAX_STEPS],
-    memo: &mut [(usize, u64); MEMO_SLOTS],
-    regs: &Regs,
-    b: &Bounds,
-    generation: u64,
-) -> u64 {
-    let rule = rule_for(prev, memo, 0, regs.pc, generation);
-    let ra = if rule.is_end() {
-        0
-    } else {
-        step(rule, regs, b).map_or(0, |s| s.regs.pc)
-    };
-    let key = (regs.sp as u64) ^ (ra as u64).rotate_left(29);
-    key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-#[inline(always)]
-fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> Hint {
+    let regs = from.0;
     let Some(hi) = local.stacks.top(regs.sp) else {
         return Hint::bare(0);
     };
     let bounds = Bounds { lo: regs.sp, hi };
     let generation = GENERATION.load(Ordering::Relaxed);
     if local.generation != generation {
-        local.memo = [(0, 0); MEMO_SLOTS];
-        local.prev = [(0, 0); MAX_STEPS];
-        local.small.clear();
+        local.renew(generation);
+    }
+    let key = Key {
+        pc: regs.pc,
+        ra: first_return(local, &regs, &bounds, generation),
+    };
+    let hash = ((regs.sp as u64) ^ (key.ra as u64).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // SAFETY: a borrowed table is this thread's alone (see `borrow_large`).
+    let replayed = match unsafe { local.large.as_mut() } {
+        Some(large) => large.replay(hash, &key, regs.bp, &bounds, out),
+        None => local.small.replay(hash, &key, regs.bp, &bounds, out),
+    };
+    if let Some(hint) = replayed {
+        #[cfg(test)]
+        tests::REPLAYS.with(|r| r.set(r.get() + 1));
+        return hint;
+    }
+    walk_and_keep(local, hash, key, regs, &bounds, generation, out, skip)
+}
+
+impl Local {
+    /// Empties every cache filled in an earlier generation: their rules may be of code that was
+    /// unloaded.
+    #[cold]
+    #[inline(never)]
+    fn renew(&mut self, generation: u64) {
+        self.memo = [(0, 0); MEMO_SLOTS];
+        self.origins = [(0, 0); ORIGINS];
+        self.prev = [(0, 0); MAX_STEPS];
+        self.small.clear();
         // SAFETY: a borrowed table is this thread's alone (see `borrow_large`).
-        if let Some(large) = unsafe { local.large.as_mut() } {
+        if let Some(large) = unsafe { self.large.as_mut() } {
             large.clear();
         }
-        local.generation = generation;
+        self.generation = generation;
     }
-    let hash = shape_index(&mut local.prev, &mut local.memo, &regs, &bounds, generation);
-    let (prev, memo) = (&mut local.prev, &mut local.memo);
-    // SAFETY: as above.
-    let shape = match unsafe { local.large.as_mut() } {
-        Some(large) => replay_or_make_way(large, hash, &regs, &bounds, out),
-        None => replay_or_make_way(&mut local.small, hash, &regs, &bounds, out),
-    };
-    let shape = match shape {
-        Ok(hint) => {
-            #[cfg(test)]
-            tests::REPLAYS.with(|r| r.set(r.get() + 1));
-            return hint;
+}
+
+/// The return address into the first caller when the rule of the walk's first program counter
+/// puts it at a fixed distance from the stack pointer, else 0.
+#[inline(always)]
+fn first_return(local: &mut Local, regs: &Regs, b: &Bounds, generation: u64) -> usize {
+    let mut known = None;
+    for &(pc, at) in &local.origins {
+        if pc == regs.pc {
+            known = Some(at);
+            break;
         }
-        Err(shape) => shape,
+    }
+    let at = match known {
+        Some(at) => at,
+        None => local.learn_origin(regs.pc, generation),
     };
-    full_walk(shape, prev, memo, regs, &bounds, generation, out, skip);
-    // A shape kept for replays keeps the memo of its counts too.
-    let hint = if shape.len > 0 {
-        Hint::kept(shape.key, &mut shape.memo)
+    if at == 0 {
+        return 0;
+    }
+    b.read_above(at - 1).unwrap_or(0)
+}
+
+impl Local {
+    /// Remembers where the walks starting at `pc` find their first return address (see
+    /// `origins`), and returns it.
+    #[cold]
+    #[inline(never)]
+    fn learn_origin(&mut self, pc: usize, generation: u64) -> usize {
+        let m = &mut self.memo[memo_index(pc)];
+        let rule = if m.0 == pc && m.1 != 0 {
+            Rule(m.1)
+        } else {
+            let rule = cached(pc, generation).unwrap_or_else(|| miss(pc, generation));
+            *m = (pc, rule.0);
+            rule
+        };
+        // The end mark has no CFA base, so it is not CFA_RSP either.
+        let at = match rule.cfa_base() == CFA_RSP {
+            true => usize::try_from(rule.cfa_off() + rule.ra_off()).map_or(0, |at| at + 1),
+            false => 0,
+        };
+        self.origins[self.next_origin % ORIGINS] = (pc, at);
+        self.next_origin = (self.next_origin + 1) % ORIGINS;
+        at
+    }
+}
+
+/// A walk no shape answered: walks by the rules into a shape of its set (see `make_way`),
+/// and borrows a large table once the small one has missed often enough. Returns the walk's
+/// hint for the per-stack counts.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn walk_and_keep(
+    local: &mut Local,
+    hash: u64,
+    key: Key,
+    regs: Regs,
+    bounds: &Bounds,
+    generation: u64,
+    out: &mut [usize; NFRAMES],
+    skip: impl Fn(usize) -> bool,
+) -> Hint {
+    let (prev, memo) = (&mut local.prev, &mut local.memo);
+    // SAFETY: as in `capture`.
+    let shape = match unsafe { local.large.as_mut() } {
+        Some(large) => large.make_way(hash),
+        None => local.small.make_way(hash),
+    };
+    full_walk(shape, key, prev, memo, regs, bounds, generation, out, skip);
+    // A shape kept for replays (one with a key) keeps the memo of its counts too.
+    let hint = if shape.pc != 0 {
+        Hint::kept(shape.count_key, &mut shape.memo)
     } else {
         Hint::bare(stack_hint::key(out))
     };
@@ -442,38 +606,6 @@ fn walk(local: &mut Local, regs: Regs, out: &mut [usize; NFRAMES], skip: impl Fn
     hint
 }
 
-/// Tries the pair of shapes `hash` picks. On a replay returns the shape's key and memo, with
-/// `out` filled; otherwise the pair's shape that did not answer last, emptied for the walk that
-/// follows to fill.
-#[inline(always)]
-fn replay_or_make_way<'a, const N: usize>(
-    table: &'a mut Shapes<N>,
-    hash: u64,
-    regs: &Regs,
-    b: &Bounds,
-    out: &mut [usize; NFRAMES],
-) -> Result<Hint, &'a mut Shape> {
-    // The product's top bits are the well-mixed ones.
-    let set = (hash >> (64 - N.trailing_zeros())) as usize & !1;
-    // The shape that answered last is tried first: a pair's walks tend to come in runs.
-    let first = usize::from(table.recent[set]);
-    for way in [first, first ^ 1] {
-        if replay(&table.shapes[set + way], regs.sp, regs.bp, b, out) {
-            table.recent[set] = way as u8;
-            let shape = &mut table.shapes[set + way];
-            return Ok(Hint::kept(shape.key, &mut shape.memo));
-        }
-    }
-    let which = first ^ 1;
-    table.recent[set] = which as u8;
-    let shape = &mut table.shapes[set + which];
-    shape.len = 0;
-    shape.bp0 = None;
-    shape.span = 0;
-    shape.memo = 0;
-    Err(shape)
-}
-
 /// Gives the thread a large table of shapes, if one can be had; its small table's shapes stay
 /// behind, unused until the thread exits.
 #[cold]
@@ -483,7 +615,7 @@ fn borrow_large(local: &mut Local) {
         let large = table.cast::<Shapes<LARGE_SHAPES>>();
         // SAFETY: a table of TABLE_BYTES (asserted to hold a `Shapes<LARGE_SHAPES>`), page
         // aligned, now this thread's alone. Every bit pattern is a valid `Shapes` (integers and
-        // arrays of them), and clearing every shape's length empties one a previous owner used.
+        // arrays of them), and clearing every shape's span empties one a previous owner used.
         unsafe { (*large).clear() };
         local.large = large;
     } else {
@@ -504,12 +636,13 @@ pub fn forget_table() {
     local.unreplayed = BORROW_AFTER;
 }
 
-/// Walks the stack by the unwind rules, filling `out` and recording in `shape` what the walk
-/// depended on, or emptying it when the walk cannot be replayed.
+/// Walks the stack by the unwind rules, filling `out` and recording in `shape` (empty) what the
+/// walk depended on, under `key`, or leaving it empty when the walk cannot be replayed.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn full_walk(
     shape: &mut Shape,
+    key: Key,
     prev: &mut [(usize, u64); MAX_STEPS],
     memo: &mut [(usize, u64); MEMO_SLOTS],
     mut regs: Regs,
@@ -554,7 +687,11 @@ fn full_walk(
         if let Some(at) = next.cfa_at {
             rec.push(at, sp0, next.regs.sp, true);
         }
-        rec.push(next.ra_at, sp0, next.regs.pc, false);
+        // The first return address is the key's, when the key has one: the lookup found it by
+        // the same rule, at the same place.
+        if depth > 0 || key.ra == 0 {
+            rec.push(next.ra_at, sp0, next.regs.pc, false);
+        }
         rec.reach(next.regs.sp - sp0);
         if let Some(at) = next.bp_at {
             rec.bp_from = Some(at);
@@ -578,40 +715,65 @@ fn full_walk(
     }
     out[n..].fill(0);
     if rec.ok {
-        rec.shape.frames = *out;
-        rec.shape.key = stack_hint::key(out);
+        let shape = rec.shape;
+        shape.frames = *out;
+        shape.count_key = stack_hint::key(out);
+        shape.pc = key.pc;
+        shape.ra = key.ra;
+        let len = usize::from(shape.len);
+        shape.plain = shape.bp0.is_none() && shape.at[..len].iter().all(|&at| at & RELATIVE == 0);
     } else {
-        rec.shape.len = 0;
+        *rec.shape = NO_SHAPE;
     }
 }
 
-/// Checks whether the stack above `sp0` (the bounds' low end) has `shape` and if so fills `out`
-/// from it.
-#[inline(always)]
-fn replay(shape: &Shape, sp0: usize, bp0: usize, b: &Bounds, out: &mut [usize; NFRAMES]) -> bool {
-    let len = usize::from(shape.len).min(CHECKS);
-    if len == 0 || shape.span as usize > b.hi - b.lo {
-        return false;
-    }
-    if shape.bp0.is_some_and(|rel| bp0.wrapping_sub(sp0) != rel) {
-        return false;
-    }
-    // The checks go in the order the walk read the words and stop at the first that differs:
-    // while they match, the next word is one the walk itself would read, on this stack. Read
-    // further, a word could lie above the stack's real top when the mapping its bounds came from
-    // has since changed (the JVM turns the pages above one thread's stack into another's guard
-    // pages after the first walk). The loads still do not depend on each other: predicting each
-    // check to pass, the processor has them all under way at once.
-    for k in 0..len {
-        let at = shape.at[k];
-        let base = if at & RELATIVE != 0 { sp0 } else { 0 };
-        let word = b.read(sp0 + usize::from(at & !RELATIVE));
-        if word.map(|w| w.wrapping_sub(base)) != Some(shape.want[k]) {
+impl Shape {
+    /// Checks whether the stack above `sp0` (the bounds' low end), where a walk with this
+    /// shape's key starts, has this shape, and if so fills `out` from it.
+    #[inline(always)]
+    fn replay(&self, sp0: usize, bp0: usize, b: &Bounds, out: &mut [usize; NFRAMES]) -> bool {
+        if self.span as usize > b.hi - sp0 {
             return false;
         }
+        let len = usize::from(self.len);
+        if len > CHECKS {
+            return false;
+        }
+        let (at, want) = (&self.at[..len], &self.want[..len]);
+        // The checks go in the order the walk read the words and stop at the first that
+        // differs: while they match, the next word is one the walk itself would read, on this
+        // stack. Read further, a word could lie above the stack's real top when the mapping its
+        // bounds came from has since changed (the JVM turns the pages above one thread's stack
+        // into another's guard pages after the first walk). The loads still do not depend on
+        // each other: predicting each check to pass, the processor has them all under way at
+        // once.
+        let matches = if self.plain {
+            // No check is marked relative.
+            at.iter()
+                .zip(want)
+                .all(|(&at, &want)| self.word(sp0, at.into()) == want)
+        } else {
+            self.bp0.is_none_or(|rel| bp0.wrapping_sub(sp0) == rel)
+                && at.iter().zip(want).all(|(&at, &want)| {
+                    let base = if at & RELATIVE != 0 { sp0 } else { 0 };
+                    self.word(sp0, (at & !RELATIVE).into()).wrapping_sub(base) == want
+                })
+        };
+        if matches {
+            *out = self.frames;
+        }
+        matches
     }
-    *out = shape.frames;
-    true
+
+    /// The word a check reads, `off` bytes above `sp0`: the offset of a check, less its mark.
+    #[inline(always)]
+    fn word(&self, sp0: usize, off: usize) -> usize {
+        debug_assert!(off + 8 <= self.span as usize);
+        // SAFETY: the recorder keeps every checked word below the span (`Recorder::push`), and
+        // `replay` checked that the span lies within the bounds: [sp0, hi) is within the
+        // mapping that holds the stack the calling thread runs on (see `Bounds::read`).
+        unsafe { ((sp0 + off) as *const usize).read_unaligned() }
+    }
 }
 
 /// The rule for `pc` at `slot` of a walk: from the previous walk at the same slot, else the
@@ -928,8 +1090,9 @@ mod tests {
     }
 
     /// Walks from the same stack depth through different callers, alternating, so each walk
-    /// starts where the previous one did, with the same first caller: both shapes share a pair,
-    /// and a replay of the other walk's shape must notice the changed return address.
+    /// starts where the previous one did, with the same first caller: both shapes have the same
+    /// key and share a set, and a replay of the other walk's shape must notice the changed
+    /// return address.
     #[test]
     fn replay_notices_a_changed_caller() {
         let _same = GENERATION_USE.read().unwrap_or_else(|e| e.into_inner());
@@ -950,7 +1113,7 @@ mod tests {
                 assert_eq!(out[..5], b[..5], "walk {i}");
             }
         }
-        // Both shapes stay in their pair, so after the first two walks each is answered by a
+        // Both shapes stay in their set, so after the first two walks each is answered by a
         // replay, having first been offered the other's shape about half the time; the frames
         // checked above show that shape was never taken.
         assert!(
