@@ -13,7 +13,15 @@ callgrind output is read here:
 - for the dmem tools, the ten functions of libdmem with the most instructions of their own (what
   callgrind_annotate lists, summed over the files inlined into each function), per allocation.
 
-A budget, when given, is checked on the default tool's allocation plus free (`--budget`).
+Every run checks the default tool's allocation plus free against a budget per workload
+(`BUDGET`, or `--budget`) and exits with 1 when one is over.
+
+Other builds go in the same table with `--also NAME=LIB` (run with the default row's options),
+or this build with other options with `--also NAME=LIB@OPTS`; each such row's difference from
+the default row is printed per allocation and free and as a share of the whole run:
+
+    bench/instructions.sh --only python --also before=/path/to/old/libdmem.so
+    bench/instructions.sh --also counts=target/release/libdmem.so@count-allocs
 """
 
 import argparse
@@ -30,6 +38,14 @@ LSAN_CANDIDATES = [
     "/usr/lib64/liblsan.so.0",
     "/usr/lib/liblsan.so.0",
 ]
+
+# A run under callgrind takes seconds to a minute or two; one that takes longer is stuck.
+RUN_SECONDS = 600
+
+# Instructions per allocation plus free of the default tool, at most: the counts measured when
+# the budget was set (bench/README.md, "In instructions"; Debian 12's python3.11, glibc 2.36)
+# and about 30 more, so that a change adding a few loads to the hot path shows as OVER.
+BUDGET = {"storm": 900, "python": 910, "cxxmap": 890}
 
 # The entry points, as callgrind names them (demangled).
 ALLOCATING = re.compile(
@@ -119,40 +135,51 @@ class Profile:
 
 
 def tools(args):
-    """(name, environment) of every tool to run, bare first."""
+    """(name, environment) of every tool to run, bare first, and the names of the rows that
+    preload a libdmem (whose costliest functions are listed)."""
     lib = os.path.abspath(args.lib)
+
+    def dmem_opts(opts):
+        return ",".join(o for o in (opts, args.opts) if o)
+
     out = [("bare", {})]
     if args.floor:
         out.append(("header-floor", {"LD_PRELOAD": os.path.abspath(args.floor)}))
-    out.append(("dmem-nostacks", {"LD_PRELOAD": lib, "DMEM_OPTS": "no-log-allocs"}))
-    out.append(("dmem", {"LD_PRELOAD": lib, "DMEM_OPTS": "unwinder=fast"}))
-    out.append(("dmem-history", {"LD_PRELOAD": lib, "DMEM_OPTS": "unwinder=fast,history=4096"}))
+    out.append(("dmem-nostacks", {"LD_PRELOAD": lib, "DMEM_OPTS": dmem_opts("no-log-allocs")}))
+    out.append(("dmem", {"LD_PRELOAD": lib, "DMEM_OPTS": dmem_opts("unwinder=fast")}))
+    out.append(("dmem-history", {"LD_PRELOAD": lib, "DMEM_OPTS": dmem_opts("unwinder=fast,history=4096")}))
     lsan = next((p for p in LSAN_CANDIDATES if os.path.exists(p)), None)
     if lsan:
-        out.append(("lsan", {"LD_PRELOAD": lsan, "LSAN_OPTIONS": "exitcode=0:log_path=/dev/null"}))
-    for spec in args.also:
-        name, _, other = spec.partition("=")
-        out.append((name, {"LD_PRELOAD": os.path.abspath(other), "DMEM_OPTS": "unwinder=fast"}))
+        # No leak check at exit: it stops the world by ptrace from a cloned task, which waits
+        # forever under valgrind; what is measured is the allocations' stacks, taken either way.
+        out.append(("lsan", {"LD_PRELOAD": lsan, "LSAN_OPTIONS": "detect_leaks=0"}))
     if args.tools:
         wanted = set(args.tools.split(",")) | {"bare", "header-floor"}
-        wanted |= {s.partition("=")[0] for s in args.also}
         out = [t for t in out if t[0] in wanted]
-    return out
+    dmem_rows = [t[0] for t in out if t[0].startswith("dmem")]
+    for name, other, opts in args.also:
+        out.append((name, {"LD_PRELOAD": os.path.abspath(other),
+                           "DMEM_OPTS": dmem_opts(opts if opts is not None else "unwinder=fast")}))
+        dmem_rows.append(name)
+    return out, dmem_rows
 
 
 def run(argv, env, out_file):
     """Runs argv under callgrind. The tool's LD_PRELOAD reaches the program through valgrind,
     which adds its own preload to it."""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out_file] + argv
-    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, check=False)
+    try:
+        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, check=False, timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{' '.join(cmd)} ran past {RUN_SECONDS} s") from e
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{tail}")
     return Profile(out_file)
 
 
-def measure(wname, argv, extra_env, tool_list, scratch, args):
+def measure(wname, argv, extra_env, tool_list, dmem_rows, scratch, args):
     base = dict(os.environ)
     for var in ("LD_PRELOAD", "DMEM_OPTS", "LSAN_OPTIONS", "ASAN_OPTIONS"):
         base.pop(var, None)
@@ -169,7 +196,7 @@ def measure(wname, argv, extra_env, tool_list, scratch, args):
     floor = profiles["header-floor"].total if "header-floor" in profiles else None
     rows = {}
     for tname, p in profiles.items():
-        server = os.path.basename(os.path.realpath(dict(tool_list)[tname].get("LD_PRELOAD", "/lib/x86_64-linux-gnu/libc.so.6")))
+        server = served_by(dict(tool_list)[tname])
         allocs, alloc_ir = p.entry_calls(ALLOCATING, server)
         frees, free_ir = p.entry_calls(FREEING, server)
         per_alloc = alloc_ir / allocs if allocs else 0
@@ -180,12 +207,19 @@ def measure(wname, argv, extra_env, tool_list, scratch, args):
               f"{allocs:>9}  {frees:>9}  {per_alloc:>8.1f}  {per_free:>8.1f}  {per_alloc + per_free:>8.1f}",
               flush=True)
     ok = True
+    # Each other build beside this one's default row: what it adds per allocation and free.
+    for name in (n for n, _, _ in args.also if n in rows and "dmem" in rows):
+        d, o = rows["dmem"], rows[name]
+        more = o[0] + o[1] - d[0] - d[1]
+        share = 100.0 * (profiles[name].total - profiles["dmem"].total) / profiles["dmem"].total
+        print(f"{wname:<8}  {name} - dmem: {more:+.1f} instructions per allocation and free, "
+              f"{share:+.2f}% of dmem's whole run")
     if "dmem" in rows and "dmem-history" in rows:
         d, h = rows["dmem"], rows["dmem-history"]
         if d[0] + d[1]:
             print(f"{wname:<8}  history / default, per allocation and free: "
                   f"{(h[0] + h[1]) / (d[0] + d[1]):.3f}")
-    if args.budget and "dmem" in rows:
+    if "dmem" in rows:
         pair = rows["dmem"][0] + rows["dmem"][1]
         budget = args.budget.get(wname)
         if budget is not None:
@@ -194,24 +228,30 @@ def measure(wname, argv, extra_env, tool_list, scratch, args):
             print(f"{wname:<8}  budget: {pair:.1f} instructions per allocation and free, "
                   f"{verdict} the budget of {budget}")
     if args.top:
-        show_costliest(wname, profiles, rows, args.top)
+        show_costliest(wname, profiles, rows, [t for t in dmem_rows if t in profiles],
+                       {t: served_by(env) for t, env in tool_list}, args.top)
     return ok
 
 
-def show_costliest(wname, profiles, rows, count):
+def served_by(env):
+    """The file name of the object that serves a tool's allocations: its preload, else libc."""
+    return os.path.basename(os.path.realpath(env.get("LD_PRELOAD", "/lib/x86_64-linux-gnu/libc.so.6")))
+
+
+def show_costliest(wname, profiles, rows, dmem_rows, objects, count):
     """The libdmem functions with the most instructions of their own, per allocation, for each
-    dmem tool side by side: the `count` costliest of each tool, costliest first."""
-    dmem_tools = [t for t in profiles if t.startswith("dmem") and rows[t][2]]
+    row that preloads a libdmem, side by side: the `count` costliest of each, costliest first."""
+    dmem_tools = [t for t in dmem_rows if rows[t][2]]
     if not dmem_tools:
         return
     per_alloc = {}
     for t in dmem_tools:
-        for _, fn in profiles[t].costliest("libdmem", count):
+        for _, fn in profiles[t].costliest(objects[t], count):
             per_alloc.setdefault(fn, {})
     for fn, cells in per_alloc.items():
         for t in dmem_tools:
             own = sum(ir for (obj, f), ir in profiles[t].own.items()
-                      if f == fn and obj and "libdmem" in obj)
+                      if f == fn and obj and objects[t] in obj)
             cells[t] = own / rows[t][2]
     order = sorted(per_alloc, key=lambda fn: -max(per_alloc[fn].values()))
     order = [fn for fn in order if max(per_alloc[fn].values()) >= 0.05]
@@ -230,25 +270,37 @@ def main():
     ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
     ap.add_argument("--tools", metavar="A,B,...",
                     help="run only these tools (bare and header-floor always run)")
-    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB",
-                    help="add a row NAME for another build of libdmem.so, run like dmem (repeatable)")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB[@OPTS]",
+                    help="add a row NAME for another build of libdmem.so (or this one), run like "
+                         "dmem or with DMEM_OPTS=OPTS, and its difference from dmem (repeatable)")
+    ap.add_argument("--opts", default="", metavar="OPTS",
+                    help="DMEM_OPTS added to every row that preloads a libdmem")
     ap.add_argument("--top", type=int, default=10, help="costliest functions of libdmem to list (0: none)")
     ap.add_argument("--budget", metavar="W=N,...",
                     help="fail unless the default tool's allocation plus free takes at most N "
-                         "instructions on workload W, e.g. python=420,storm=400")
+                         f"instructions on workload W (default: {BUDGET})")
     ap.add_argument("--keep", metavar="DIR", help="keep the callgrind files in DIR")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("instructions.py: valgrind is not installed (tests/setup.sh installs it)")
+    also = []
     for spec in args.also:
-        name, eq, lib = spec.partition("=")
-        if not eq or not name.startswith("dmem") or not os.path.isfile(lib):
-            ap.error(f"--also {spec}: want NAME=LIB with NAME starting with dmem and LIB an existing file")
+        name, eq, rest = spec.partition("=")
+        lib, at, opts = rest.partition("@")
+        if not eq or not name or not os.path.isfile(lib):
+            ap.error(f"--also {spec}: want NAME=LIB[@OPTS] with LIB an existing file")
+        if name in ("bare", "header-floor", "dmem", "dmem-nostacks", "dmem-history", "lsan"):
+            ap.error(f"--also {spec}: {name} names a row already")
+        also.append((name, lib, opts if at else None))
+    args.also = also
     if args.budget:
         try:
-            args.budget = {w: float(n) for w, _, n in (s.partition("=") for s in args.budget.split(","))}
+            given = {w: float(n) for w, _, n in (s.partition("=") for s in args.budget.split(","))}
         except ValueError:
             ap.error(f"--budget {args.budget}: want W=N,... with N a number")
+        args.budget = dict(BUDGET, **given)
+    else:
+        args.budget = BUDGET
 
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     # Scaled down from bench/run.sh's workloads so that each callgrind run takes seconds; the
@@ -266,13 +318,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dmem-instructions.") as scratch:
         where = args.keep or scratch
         os.makedirs(where, exist_ok=True)
-        tool_list = tools(args)
+        tool_list, dmem_rows = tools(args)
         print(f"# instructions counted by callgrind; python: {python}")
         print(f"{'workload':<8}  {'tool':<15} {'total (M)':>10}  {'/bare':>6}  {'/floor':>6}  "
               f"{'allocs':>9}  {'frees':>9}  {'Ir/alloc':>8}  {'Ir/free':>8}  {'pair':>8}")
         ok = True
         for wname, argv, extra_env in workloads:
-            ok &= measure(wname, argv, extra_env, tool_list, where, args)
+            ok &= measure(wname, argv, extra_env, tool_list, dmem_rows, where, args)
     sys.exit(0 if ok else 1)
 
 

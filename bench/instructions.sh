@@ -6,9 +6,14 @@
 #
 #   bench/instructions.sh                     every workload, a few minutes
 #   bench/instructions.sh --only python       one workload (storm, python or cxxmap)
-#   bench/instructions.sh --budget python=N   fail when dmem's allocation plus free takes more
+#   bench/instructions.sh --budget python=N   another budget (instructions per allocation and free)
+#   bench/instructions.sh --also before=/path/to/libdmem.so     another build beside this one
+#   bench/instructions.sh --also counts=target/release/libdmem.so@count-allocs   an option's cost
 set -eu
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+-h | --help) exec python3 bench/instructions.py --help ;;
+esac
 . bench/build_paths.sh
 exec python3 bench/instructions.py \
     --lib "$target_dir/release/libdmem.so" \
