@@ -52,6 +52,15 @@ def find_python():
     return os.path.realpath(shutil.which("python3") or sys.executable)
 
 
+def workload_options(ap):
+    """The options every bench of the three workloads takes: the library, the fixtures, --only."""
+    ap.add_argument("--lib", required=True, help="libdmem.so to preload")
+    ap.add_argument("--storm", required=True, help="the bench_storm fixture")
+    ap.add_argument("--floor", help="the libheader_floor.so fixture (the header-floor row)")
+    ap.add_argument("--cxxmap", help="the bench_cxxmap fixture (the cxxmap workload)")
+    ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
+
+
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
 
@@ -131,15 +140,11 @@ def tools(args, scratch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", required=True, help="libdmem.so to preload")
-    ap.add_argument("--storm", required=True, help="the bench_storm fixture")
-    ap.add_argument("--floor", help="the libheader_floor.so fixture (the header-floor row)")
-    ap.add_argument("--cxxmap", help="the bench_cxxmap fixture (the cxxmap workload)")
+    workload_options(ap)
     ap.add_argument("--runs", type=int, default=7, help="runs of bare and dmem (default 7)")
     ap.add_argument("--others", type=int, default=3, help="runs of heaptrack and lsan (default 3)")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the slow single runs (dmem-backtrace, lsan-full)")
-    ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
     ap.add_argument("--tools", metavar="A,B,...",
                     help="run only these tools (bare always runs), e.g. dmem,header-floor")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB",

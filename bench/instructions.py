@@ -32,12 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LSAN_CANDIDATES = [
-    "/usr/lib/x86_64-linux-gnu/liblsan.so.0",
-    "/usr/lib64/liblsan.so.0",
-    "/usr/lib/liblsan.so.0",
-]
+from harness import HERE, LSAN_CANDIDATES, find_python, workload_options
 
 # A run under callgrind takes seconds to a minute or two; one that takes longer is stuck.
 RUN_SECONDS = 600
@@ -263,11 +258,7 @@ def show_costliest(wname, profiles, rows, dmem_rows, objects, count):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", required=True, help="libdmem.so to preload")
-    ap.add_argument("--storm", required=True, help="the bench_storm fixture")
-    ap.add_argument("--floor", help="the libheader_floor.so fixture (the header-floor row)")
-    ap.add_argument("--cxxmap", help="the bench_cxxmap fixture (the cxxmap workload)")
-    ap.add_argument("--only", choices=["storm", "python", "cxxmap"], help="run one workload")
+    workload_options(ap)
     ap.add_argument("--tools", metavar="A,B,...",
                     help="run only these tools (bare and header-floor always run)")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB[@OPTS]",
@@ -302,7 +293,7 @@ def main():
     else:
         args.budget = BUDGET
 
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    python = find_python()
     # Scaled down from bench/run.sh's workloads so that each callgrind run takes seconds; the
     # hash seed is fixed so that two runs of CPython do the same work.
     workloads = [
