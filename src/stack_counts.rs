@@ -21,7 +21,7 @@
 //! find no room are counted together in the table's overflow entry, which a reader reports.
 //!
 //! It is an option because it is not free: about 40 instructions more per allocation, and as
-//! many on a free that is a temporary allocation (bench/callgrind.sh measures it).
+//! many on a free that is a temporary allocation (bench/instructions.sh measures it).
 
 use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
