@@ -38,13 +38,6 @@ fn functions(stack: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The first line of `file` that contains `needle`, counting from 1: the oracle for line
-/// numbers, read from the source rather than from anything dmem printed.
-fn line_of(file: &str, needle: &str) -> i64 {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
-    src.lines().position(|l| l.contains(needle)).expect(needle) as i64 + 1
-}
-
 /// The GNU build id of `path` as `readelf -n` prints it, if binutils is installed.
 fn readelf_build_id(path: &Path) -> Option<String> {
     let readelf = which("readelf")?;
@@ -102,7 +95,10 @@ fn the_driver_core_as_a_profile_decodes_with_protobuf() {
         .unwrap_or_else(|| panic!("no main in {s:#}"));
     let line = main["lines"].as_array().unwrap().last().unwrap();
     assert!(line["file"].as_str().unwrap().ends_with("driver.c"), "{line}");
-    assert_eq!(line["line"], line_of("c-fixtures/driver.c", "malloc(2048)"));
+    assert_eq!(
+        line["line"],
+        common::source_line("c-fixtures/driver.c", "malloc(2048)")
+    );
     // main's mapping is the program's, named by path and build id.
     let prog_path = std::fs::canonicalize(&prog).unwrap();
     assert_eq!(main["object"], prog_path.to_str().unwrap());
@@ -385,20 +381,25 @@ fn a_live_profile_has_threads_and_inlined_frames() {
     // steady_block is always inlined into hold_steady: one location, two lines, the inlined
     // function first and the line of each from the source.
     let lines = steady["frames"][0]["lines"].as_array().unwrap();
-    let got: Vec<(&str, i64)> = lines
+    let got: Vec<(&str, usize)> = lines
         .iter()
-        .map(|l| (l["function"].as_str().unwrap(), l["line"].as_i64().unwrap()))
+        .map(|l| {
+            (
+                l["function"].as_str().unwrap(),
+                l["line"].as_u64().unwrap() as usize,
+            )
+        })
         .collect();
     assert_eq!(
         got,
         [
             (
                 "steady_block",
-                line_of("c-fixtures/grow_steps.c", "return memset(malloc(32)")
+                common::source_line("c-fixtures/grow_steps.c", "return memset(malloc(32)")
             ),
             (
                 "hold_steady",
-                line_of("c-fixtures/grow_steps.c", "steady[i] = steady_block()")
+                common::source_line("c-fixtures/grow_steps.c", "steady[i] = steady_block()")
             ),
         ]
     );

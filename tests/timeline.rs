@@ -215,14 +215,6 @@ fn thickness(polygon: &Node) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The source line of `needle` in the fixture, counting from 1.
-fn line_of(needle: &str) -> usize {
-    let src =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("c-fixtures/timeline_phases.c"))
-            .unwrap();
-    src.lines().position(|l| l.contains(needle)).expect(needle) + 1
-}
-
 /// The legend's entries as (label, hover text), in order.
 fn legend(svg: &Node) -> Vec<(String, String)> {
     svg.find_all(&|n| n.name == "g" && n.has_class("entry"))
@@ -260,9 +252,18 @@ fn the_svg_shows_the_three_shapes_in_order_of_peak_and_the_peak_when_it_was() {
     // line that allocates, with its whole stack (down to main) on hover.
     let entries = legend(root);
     let want = [
-        ("grow_forever", line_of("ALLOC(forever[*n])")),
-        ("grow_then_shrink", line_of("ALLOC(bump[*n])")),
-        ("hold_steady", line_of("ALLOC(steady[i])")),
+        (
+            "grow_forever",
+            common::source_line("c-fixtures/timeline_phases.c", "ALLOC(forever[*n])"),
+        ),
+        (
+            "grow_then_shrink",
+            common::source_line("c-fixtures/timeline_phases.c", "ALLOC(bump[*n])"),
+        ),
+        (
+            "hold_steady",
+            common::source_line("c-fixtures/timeline_phases.c", "ALLOC(steady[i])"),
+        ),
     ];
     for (rank, (function, line)) in want.iter().enumerate() {
         let (label, hover) = &entries[rank];

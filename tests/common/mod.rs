@@ -37,6 +37,13 @@ pub fn fixture(name: &str) -> PathBuf {
     p
 }
 
+/// The number (from 1) of the first line of the project's file `file` that holds `needle`: a
+/// fixture's line as a test expects a frame to name it.
+pub fn source_line(file: &str, needle: &str) -> usize {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    src.lines().position(|l| l.contains(needle)).expect(needle) + 1
+}
+
 /// A fresh, empty directory for one test, removed and recreated on each run.
 pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
