@@ -21,7 +21,8 @@ use crate::next;
 use crate::sink;
 use libc::c_int;
 
-/// Whether the bookkeeping applies: not in a vfork child.
+/// Whether the bookkeeping applies: not in a vfork child. It asks the kernel for the pid, so
+/// the checks of our own state come first.
 fn noting() -> bool {
     !in_shared_memory_child()
 }
@@ -30,7 +31,7 @@ fn noting() -> bool {
 /// The C `close` contract.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if noting() && sink::is_private(fd) {
+    if sink::is_private(fd) && noting() {
         // Bare, this number was never open: the program gets EBADF, and the descriptor it
         // meant to be rid of (a daemon closing everything) is let go.
         sink::program_closed_private(fd);
@@ -61,7 +62,7 @@ fn duplicated(old: c_int, new: c_int, r: c_int) {
 /// The C `dup2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if noting() && old != new && sink::is_private(new) {
+    if old != new && sink::is_private(new) && noting() {
         sink::before_dup_onto(new);
     }
     let Some(f) = next::DUP2.func::<unsafe extern "C" fn(c_int, c_int) -> c_int>() else {
@@ -77,7 +78,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// The C `dup3` contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if noting() && old != new && sink::is_private(new) {
+    if old != new && sink::is_private(new) && noting() {
         sink::before_dup_onto(new);
     }
     let Some(f) = next::DUP3.func::<unsafe extern "C" fn(c_int, c_int, c_int) -> c_int>() else {
@@ -95,7 +96,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn fclose(stream: *mut libc::FILE) -> c_int {
     // SAFETY: the caller passes an open stream, as fclose requires; fileno_unlocked only reads
     // its descriptor, without the stream's lock (the caller is closing it).
-    if noting() && !stream.is_null() && unsafe { fileno_unlocked(stream) } == 2 {
+    if !stream.is_null() && unsafe { fileno_unlocked(stream) } == 2 && noting() {
         sink::keep_a_copy_of_stderr();
     }
     let Some(f) = next::FCLOSE.func::<unsafe extern "C" fn(*mut libc::FILE) -> c_int>() else {
