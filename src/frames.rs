@@ -10,7 +10,7 @@
 use crate::analysis::allocfn::{Alloc, Callees};
 use crate::analysis::frame::{inlined_symbol, Frame};
 #[cfg(not(test))]
-use crate::analysis::suppressions::Recorded;
+use crate::analysis::suppressions::{Frames, Head, Recorded};
 use core::sync::atomic::{AtomicPtr, Ordering};
 use std::path::Path;
 use std::rc::Rc;
@@ -256,21 +256,102 @@ impl Symbols {
     /// A recorded stack (zeros past its end) symbolised, inlined frames expanded, with the
     /// allocation function its first frame called.
     pub fn stack(&mut self, pcs: &[usize]) -> Recorded {
-        let used: Vec<usize> = pcs.iter().copied().take_while(|&pc| pc != 0).collect();
+        let (used, head) = self.head(pcs);
         let frames = used.iter().flat_map(|&pc| self.of(pc).to_vec()).collect();
+        Recorded {
+            frames,
+            alloc: head.alloc,
+            alloc_ip: head.alloc_ip,
+            alloc_object: head.alloc_object,
+            truncated: head.truncated,
+        }
+    }
+
+    /// A recorded stack as suppressions match it: what is known before any name (the
+    /// allocation function, read from the code, not the debug info), and its return addresses
+    /// to be named as matching asks (`suppressions::Frames`).
+    pub fn unnamed<'s>(&'s mut self, pcs: &'s [usize]) -> (Unnamed, Lazy<'s>) {
+        let (used, head) = self.head(pcs);
+        let n = used.len();
+        let lazy = Lazy {
+            syms: self,
+            pcs: &pcs[..n],
+            objects: vec![None; n],
+            frames: vec![None; n],
+        };
+        (head, lazy)
+    }
+
+    /// The return addresses in use (up to the first zero), and what is known of the stack
+    /// without naming them.
+    fn head<'p>(&mut self, pcs: &'p [usize]) -> (&'p [usize], Unnamed) {
+        let used = &pcs[..pcs.iter().position(|&pc| pc == 0).unwrap_or(pcs.len())];
         let (alloc, alloc_ip) = match used.first() {
             Some(&first) => alloc_of(&mut self.callees, &mut self.objects, first),
             None => (Alloc::of(None), 0),
         };
-        Recorded {
-            frames,
+        let alloc_object = self
+            .own
+            .get_or_insert_with(|| own_object(&mut self.objects))
+            .clone();
+        let head = Unnamed {
             alloc,
             alloc_ip,
-            alloc_object: self
-                .own
-                .get_or_insert_with(|| own_object(&mut self.objects))
-                .clone(),
+            alloc_object,
             truncated: used.len() == pcs.len(),
+        };
+        (used, head)
+    }
+}
+
+/// What is known of a recorded stack before its return addresses are named.
+#[cfg(not(test))]
+pub struct Unnamed {
+    pub alloc: Alloc,
+    /// The allocation function's address, 0 when the call was not read.
+    pub alloc_ip: u64,
+    pub alloc_object: Option<Rc<Path>>,
+    pub truncated: bool,
+}
+
+#[cfg(not(test))]
+impl Unnamed {
+    pub fn head(&self) -> Head<'_> {
+        Head {
+            alloc: self.alloc,
+            alloc_object: self.alloc_object.as_deref(),
+            truncated: self.truncated,
         }
+    }
+}
+
+/// A recorded stack's return addresses, each one's object and frames looked up when first
+/// asked for: the object from the table of loaded objects, the frames through `Symbols::of`,
+/// which reads the object's debug info the first time it names an address in it.
+#[cfg(not(test))]
+pub struct Lazy<'s> {
+    syms: &'s mut Symbols,
+    pcs: &'s [usize],
+    objects: Vec<Option<Option<Rc<Path>>>>,
+    frames: Vec<Option<Rc<[Frame]>>>,
+}
+
+#[cfg(not(test))]
+impl Frames for Lazy<'_> {
+    fn len(&self) -> usize {
+        self.pcs.len()
+    }
+
+    fn object(&mut self, i: usize) -> Option<&Path> {
+        let (pc, objects) = (self.pcs[i], &mut self.syms.objects);
+        // The frames' object is the same lookup (see `frames`).
+        self.objects[i]
+            .get_or_insert_with(|| loaded(pc.wrapping_sub(1), objects).and_then(|o| o.path))
+            .as_deref()
+    }
+
+    fn frames(&mut self, i: usize) -> &[Frame] {
+        let (pc, syms) = (self.pcs[i], &mut *self.syms);
+        self.frames[i].get_or_insert_with(|| syms.of(pc))
     }
 }

@@ -20,7 +20,9 @@
 //!
 //! Each frame's names are matched once however many suppressions there are: LeakSanitizer's
 //! patterns through one Aho-Corasick automaton of their literal pieces, valgrind's through the
-//! one plain function name each needs.
+//! one plain function name each needs. And a stack's return addresses are named only as far as
+//! matching reads them (`Frames`): naming the first address in an object reads that object's
+//! debug info whole, which costs more than all the matching.
 
 use crate::analysis::allocfn::{self, Alloc};
 use crate::analysis::frame::Frame;
@@ -69,6 +71,77 @@ impl Recorded {
             frames: &self.frames,
             truncated: self.truncated,
         }
+    }
+}
+
+/// What suppressions know of a stack before any of its return addresses is named: the
+/// allocation function, where it lives, and whether the stack may have been cut.
+#[derive(Clone, Copy)]
+pub struct Head<'a> {
+    pub alloc: Alloc,
+    pub alloc_object: Option<&'a Path>,
+    pub truncated: bool,
+}
+
+impl<'a> Head<'a> {
+    pub fn of(stack: &Stack<'a>) -> Head<'a> {
+        Head {
+            alloc: stack.alloc,
+            alloc_object: stack.alloc_object,
+            truncated: stack.truncated,
+        }
+    }
+}
+
+/// A stack's return addresses, innermost first, named only when matching asks: an object's
+/// path costs a lookup in the table of loaded objects, while a return address's frames may need
+/// that object's debug info read (and decompressed) whole. Matching asks for as little as the
+/// answer needs.
+pub trait Frames {
+    /// How many return addresses the stack has.
+    fn len(&self) -> usize;
+    /// The object return address `i` is in: the `object` of each of its frames.
+    fn object(&mut self, i: usize) -> Option<&Path>;
+    /// The frames of return address `i`: the inlined functions innermost first, then the
+    /// function they were inlined into.
+    fn frames(&mut self, i: usize) -> &[Frame];
+}
+
+/// A stack named already (the launcher's, or one the report lists), cut into its return
+/// addresses: each one's frames end with the one that was not inlined.
+pub struct Named<'a> {
+    frames: &'a [Frame],
+    ends: Vec<usize>,
+}
+
+impl<'a> Named<'a> {
+    pub fn new(frames: &'a [Frame]) -> Named<'a> {
+        let mut ends: Vec<usize> = (0..frames.len())
+            .filter(|&i| !frames[i].inlined)
+            .map(|i| i + 1)
+            .collect();
+        if ends.last().copied().unwrap_or(0) < frames.len() {
+            ends.push(frames.len());
+        }
+        Named { frames, ends }
+    }
+
+    fn range(&self, i: usize) -> std::ops::Range<usize> {
+        (if i == 0 { 0 } else { self.ends[i - 1] })..self.ends[i]
+    }
+}
+
+impl Frames for Named<'_> {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn object(&mut self, i: usize) -> Option<&Path> {
+        self.frames[self.range(i).start].object.as_deref()
+    }
+
+    fn frames(&mut self, i: usize) -> &[Frame] {
+        &self.frames[self.range(i)]
     }
 }
 
@@ -524,6 +597,8 @@ pub struct Suppressions {
     vg: Vec<Hit>,
     vg_by_name: HashMap<String, Vec<usize>>,
     vg_any: Vec<usize>,
+    /// The classes (`Class::bit`s) some valgrind suppression matches.
+    vg_kinds: u8,
     uses: HashMap<Hit, Use>,
 }
 
@@ -552,6 +627,7 @@ impl Suppressions {
             vg: Vec::new(),
             vg_by_name: HashMap::new(),
             vg_any: Vec::new(),
+            vg_kinds: 0,
             uses: HashMap::new(),
         };
         let mut keys: Vec<String> = Vec::new();
@@ -575,11 +651,16 @@ impl Suppressions {
                             None => s.keyless.push(id),
                         }
                     }
-                    Rule::Valgrind { locs, .. } => {
+                    Rule::Valgrind { kinds, locs } => {
                         let id = s.vg.len();
                         s.vg.push(hit);
+                        s.vg_kinds |= kinds;
+                        // A name with template arguments may match a frame whose arguments
+                        // are spelled otherwise (`template_base`): not one to require.
                         let need = locs.iter().find_map(|l| match l {
-                            Loc::Fun(g) if g.is_plain() && !is_alloc_name(&g.0) => Some(g.0.clone()),
+                            Loc::Fun(g) if g.is_plain() && !g.0.contains('<') && !is_alloc_name(&g.0) => {
+                                Some(g.0.clone())
+                            }
                             _ => None,
                         });
                         match need {
@@ -605,15 +686,32 @@ impl Suppressions {
         &self.files[hit.file].entries[hit.entry]
     }
 
+    /// Whether any suppression can match a loss record of `class`: LeakSanitizer's match every
+    /// class, valgrind's those their `match-leak-kinds` name.
+    pub fn applies_to(&self, class: Class) -> bool {
+        !self.lsan.is_empty() || self.vg_kinds & class.bit() != 0
+    }
+
     /// The first suppression, in file order, that matches a loss record of `class` with this
-    /// stack.
+    /// stack. The launcher's way in (it names a stack whole); the exit report's is
+    /// `find_lazily`.
+    #[allow(dead_code)]
     pub fn find(&mut self, stack: &Stack, class: Class) -> Option<Hit> {
-        let lsan = self.find_lsan(stack);
-        let vg = self.find_valgrind(stack, class);
-        match (lsan, vg) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        self.find_lazily(Head::of(stack), &mut Named::new(stack.frames), class)
+    }
+
+    /// `find`, asking `frames` for names only as far as the answer needs them: nothing when no
+    /// suppression applies to the class, the allocation function alone when every valgrind
+    /// suppression that could apply fails on it, and each return address's frames in turn
+    /// until a match.
+    pub fn find_lazily<F: Frames>(&mut self, head: Head, frames: &mut F, class: Class) -> Option<Hit> {
+        if !self.applies_to(class) {
+            return None;
         }
+        let lsan = self.find_lsan(head, frames);
+        // Only a valgrind suppression before LeakSanitizer's match in file order can change the
+        // answer.
+        self.find_valgrind(head, frames, class, lsan).or(lsan)
     }
 
     /// Counts a use of `hit` for a loss record of `blocks` blocks and `bytes` bytes.
@@ -645,14 +743,15 @@ impl Suppressions {
         )
     }
 
-    fn find_lsan(&mut self, stack: &Stack) -> Option<Hit> {
+    fn find_lsan<F: Frames>(&mut self, head: Head, frames: &mut F) -> Option<Hit> {
         if self.lsan.is_empty() {
             return None;
         }
         // LSan's order: frame by frame from the innermost, the module first, then each
-        // function of the frame (inlined ones first) and its file.
-        for names in alloc_frames(stack) {
-            if let Some(t) = stack
+        // function of the frame (inlined ones first) and its file. A return address's frames
+        // are named only when its module did not match.
+        for names in head.alloc.frames() {
+            if let Some(t) = head
                 .alloc_object
                 .and_then(|o| self.lsan_string(&o.to_string_lossy()))
             {
@@ -664,20 +763,19 @@ impl Suppressions {
                 }
             }
         }
-        for (i, f) in stack.frames.iter().enumerate() {
-            if i == 0 || stack.frames[i - 1].pc != f.pc {
-                if let Some(t) = f
-                    .object
-                    .as_deref()
-                    .and_then(|o| self.lsan_string(&o.to_string_lossy()))
-                {
-                    return Some(self.lsan[t].0);
-                }
+        for i in 0..frames.len() {
+            if let Some(t) = frames
+                .object(i)
+                .and_then(|o| self.lsan_string(&o.to_string_lossy()))
+            {
+                return Some(self.lsan[t].0);
             }
-            let found = [f.function.as_deref(), f.file.as_deref()]
-                .into_iter()
-                .flatten()
-                .find_map(|s| self.lsan_string(s));
+            let found = frames.frames(i).iter().find_map(|f| {
+                [f.function.as_deref(), f.file.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|s| self.lsan_string(s))
+            });
             if let Some(t) = found {
                 return Some(self.lsan[t].0);
             }
@@ -709,26 +807,48 @@ impl Suppressions {
         r
     }
 
-    fn find_valgrind(&self, stack: &Stack, class: Class) -> Option<Hit> {
-        if self.vg.is_empty() {
-            return None;
-        }
-        let mut candidates = self.vg_any.clone();
-        for f in stack.frames {
-            if let Some(ids) = self.vg_by_name.get(f.valgrind_name()) {
-                candidates.extend_from_slice(ids);
+    /// The first valgrind suppression (in file order, before `before`) that matches. Each is
+    /// tried on the frames named so far, naming more as its locations reach them; once every
+    /// frame is named, only those that need no plain function name, or one the stack has, are
+    /// tried.
+    fn find_valgrind<F: Frames>(
+        &self,
+        head: Head,
+        frames: &mut F,
+        class: Class,
+        before: Option<Hit>,
+    ) -> Option<Hit> {
+        let locs_of = |id: usize| -> Option<&[Loc]> {
+            let hit = self.vg[id];
+            if before.is_some_and(|b| hit >= b) {
+                return None;
+            }
+            match &self.entry(hit).rule {
+                Rule::Valgrind { kinds, locs } if kinds & class.bit() != 0 => Some(locs),
+                _ => None,
+            }
+        };
+        let mut input = Input::new(head, frames);
+        for id in 0..self.vg.len() {
+            if input.complete() {
+                let mut candidates: Vec<usize> = self.vg_any.iter().copied().filter(|&c| c >= id).collect();
+                for name in input.names() {
+                    if let Some(ids) = self.vg_by_name.get(&name) {
+                        candidates.extend(ids.iter().copied().filter(|&c| c >= id));
+                    }
+                }
+                candidates.sort_unstable();
+                candidates.dedup();
+                return candidates
+                    .into_iter()
+                    .find(|&c| locs_of(c).is_some_and(|locs| input.matches(locs, 0)))
+                    .map(|c| self.vg[c]);
+            }
+            if locs_of(id).is_some_and(|locs| input.matches(locs, 0)) {
+                return Some(self.vg[id]);
             }
         }
-        candidates.sort_unstable();
-        candidates.dedup();
-        let input = Input::of(stack);
-        candidates
-            .into_iter()
-            .map(|id| self.vg[id])
-            .find(|&hit| match &self.entry(hit).rule {
-                Rule::Valgrind { kinds, locs } => kinds & class.bit() != 0 && input.matches(locs, 0),
-                Rule::Lsan(_) => false,
-            })
+        None
     }
 }
 
@@ -736,67 +856,114 @@ fn is_alloc_name(name: &str) -> bool {
     allocfn::UNKNOWN.frames()[0].contains(&name)
 }
 
-fn alloc_frames(stack: &Stack) -> Vec<&'static [&'static str]> {
-    stack.alloc.frames()
-}
-
-/// One element of the sequence valgrind matches a suppression's locations against.
-enum Elem<'a> {
-    /// An allocation function's frame: any of these names.
-    Alloc(&'static [&'static str]),
-    Frame(&'a Frame),
-}
-
-struct Input<'a> {
-    elems: Vec<Elem<'a>>,
+/// The sequence valgrind matches a suppression's locations against: the allocation function's
+/// frames (any of their names), then the stack's frames, named from its return addresses only
+/// as far as a location reaches.
+struct Input<'f, F: Frames> {
+    alloc: Vec<&'static [&'static str]>,
     alloc_object: Option<String>,
     truncated: bool,
+    src: &'f mut F,
+    /// Each frame named so far: its return address and its place among that one's frames.
+    named: Vec<(usize, usize)>,
+    /// How many return addresses are named.
+    upto: usize,
 }
 
-impl<'a> Input<'a> {
-    fn of(stack: &'a Stack) -> Input<'a> {
-        let mut elems: Vec<Elem> = alloc_frames(stack).into_iter().map(Elem::Alloc).collect();
-        elems.extend(stack.frames.iter().map(Elem::Frame));
+impl<'f, F: Frames> Input<'f, F> {
+    fn new(head: Head, src: &'f mut F) -> Input<'f, F> {
         Input {
-            elems,
-            alloc_object: stack.alloc_object.map(|p| p.to_string_lossy().into_owned()),
-            truncated: stack.truncated,
+            alloc: head.alloc.frames(),
+            alloc_object: head.alloc_object.map(|p| p.to_string_lossy().into_owned()),
+            truncated: head.truncated,
+            src,
+            named: Vec::new(),
+            upto: 0,
         }
+    }
+
+    /// Every return address is named.
+    fn complete(&self) -> bool {
+        self.upto == self.src.len()
+    }
+
+    /// Whether element `k` exists, naming return addresses until it does or none is left.
+    fn exists(&mut self, k: usize) -> bool {
+        let Some(k) = k.checked_sub(self.alloc.len()) else {
+            return true;
+        };
+        while self.named.len() <= k && self.upto < self.src.len() {
+            let i = self.upto;
+            let n = self.src.frames(i).len();
+            self.named.extend((0..n).map(|j| (i, j)));
+            self.upto += 1;
+        }
+        k < self.named.len()
+    }
+
+    /// Every frame's name as `fun:` lines see it.
+    fn names(&mut self) -> Vec<String> {
+        (0..self.src.len())
+            .flat_map(|i| {
+                self.src
+                    .frames(i)
+                    .iter()
+                    .map(|f| f.valgrind_name().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// valgrind's `generic_match` with a prefix match: every location consumed, frames may be
     /// left; `...` takes any number of frames.
-    fn matches(&self, locs: &[Loc], at: usize) -> bool {
+    fn matches(&mut self, locs: &[Loc], at: usize) -> bool {
         let Some((first, rest)) = locs.split_first() else {
             return true;
         };
         if let Loc::Any = first {
-            return (at..=self.elems.len()).any(|k| self.matches(rest, k));
+            let mut k = at;
+            loop {
+                if self.matches(rest, k) {
+                    return true;
+                }
+                if !self.exists(k) {
+                    return false;
+                }
+                k += 1;
+            }
         }
-        let Some(elem) = self.elems.get(at) else {
+        if !self.exists(at) {
             // Past the recorded frames: a cut stack may have had them.
             return self.truncated;
-        };
-        self.loc_matches(first, elem) && self.matches(rest, at + 1)
+        }
+        self.loc_matches(first, at) && self.matches(rest, at + 1)
     }
 
-    fn loc_matches(&self, loc: &Loc, elem: &Elem) -> bool {
-        match (loc, elem) {
-            (Loc::Any, _) => true,
-            (Loc::Fun(g), Elem::Alloc(names)) => names.iter().any(|n| g.matches(n)),
-            (Loc::Obj(g), Elem::Alloc(_)) => {
-                g.matches(VALGRIND_PRELOAD) || self.alloc_object.as_deref().is_some_and(|o| g.matches(o))
-            }
-            (Loc::Src(..), Elem::Alloc(_)) => false,
-            (Loc::Fun(g), Elem::Frame(f)) => match template_base(f, &g.0) {
+    /// Whether `loc` matches element `k`, which exists.
+    fn loc_matches(&mut self, loc: &Loc, k: usize) -> bool {
+        if let Some(names) = self.alloc.get(k) {
+            return match loc {
+                Loc::Any => true,
+                Loc::Fun(g) => names.iter().any(|n| g.matches(n)),
+                Loc::Obj(g) => {
+                    g.matches(VALGRIND_PRELOAD) || self.alloc_object.as_deref().is_some_and(|o| g.matches(o))
+                }
+                Loc::Src(..) => false,
+            };
+        }
+        let (i, j) = self.named[k - self.alloc.len()];
+        let f = &self.src.frames(i)[j];
+        match loc {
+            Loc::Any => true,
+            Loc::Fun(g) => match template_base(f, &g.0) {
                 Some((ours, theirs)) => glob(theirs.as_bytes(), ours.as_bytes()),
                 None => g.matches(f.valgrind_name()),
             },
-            (Loc::Obj(g), Elem::Frame(f)) => match &f.object {
+            Loc::Obj(g) => match &f.object {
                 Some(o) => g.matches(&o.to_string_lossy()),
                 None => g.matches("???"),
             },
-            (Loc::Src(g, line), Elem::Frame(f)) => match f.file_parts() {
+            Loc::Src(g, line) => match f.file_parts() {
                 Some((_, file)) => g.matches(file) && line.is_none_or(|l| f.line == Some(l)),
                 None => false,
             },
@@ -997,6 +1164,112 @@ mod tests {
         assert!(find(below, Class::IndirectlyLost).is_some());
         let too_long = "{\n n\n Memcheck:Leak\n ...\n fun:(below main)\n fun:x\n}\n";
         assert!(find(too_long, Class::IndirectlyLost).is_none());
+    }
+
+    /// A named stack that records which return addresses matching asked to name.
+    struct Counting<'a> {
+        named: Named<'a>,
+        asked: Vec<usize>,
+    }
+
+    impl Frames for Counting<'_> {
+        fn len(&self) -> usize {
+            self.named.len()
+        }
+
+        fn object(&mut self, i: usize) -> Option<&Path> {
+            self.named.object(i)
+        }
+
+        fn frames(&mut self, i: usize) -> &[Frame] {
+            if !self.asked.contains(&i) {
+                self.asked.push(i);
+            }
+            self.named.frames(i)
+        }
+    }
+
+    /// The match, and which return addresses it named.
+    fn lazily(text: &str, frames: &[Frame], class: Class) -> (Option<Hit>, Vec<usize>) {
+        let mut s = Suppressions::new(vec![parse("t.supp", text).unwrap()]);
+        let mut c = Counting {
+            named: Named::new(frames),
+            asked: Vec::new(),
+        };
+        let hit = s.find_lazily(Head::of(&stack(frames)), &mut c, class);
+        (hit, c.asked)
+    }
+
+    #[test]
+    fn matching_names_only_the_frames_it_reads() {
+        let fr = frames();
+        let definite =
+            "{\n n\n Memcheck:Leak\n match-leak-kinds: definite\n fun:malloc\n fun:vendor_init\n}\n";
+        assert_eq!(
+            lazily(definite, &fr, Class::StillReachable),
+            (None, vec![]),
+            "kinds"
+        );
+        assert_eq!(
+            lazily(definite, &fr, Class::DefinitelyLost),
+            (Some(Hit { file: 0, entry: 0 }), vec![0])
+        );
+        let calloc = "{\n n\n Memcheck:Leak\n fun:calloc\n ...\n fun:main\n}\n";
+        assert_eq!(
+            lazily(calloc, &fr, Class::DefinitelyLost),
+            (None, vec![]),
+            "allocation function"
+        );
+        let dots = "{\n n\n Memcheck:Leak\n fun:malloc\n ...\n fun:main\n}\n";
+        assert_eq!(lazily(dots, &fr, Class::DefinitelyLost).1, vec![0, 1, 2]);
+        let nowhere = "{\n n\n Memcheck:Leak\n fun:malloc\n ...\n fun:nowhere\n}\n";
+        assert_eq!(
+            lazily(nowhere, &fr, Class::DefinitelyLost),
+            (None, vec![0, 1, 2, 3])
+        );
+        assert_eq!(
+            lazily("leak:libvendor.so\n", &fr, Class::StillReachable),
+            (Some(Hit { file: 0, entry: 0 }), vec![]),
+            "by module, before any name"
+        );
+        assert_eq!(
+            lazily("leak:load.cpp\n", &fr, Class::StillReachable).1,
+            vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn inlined_frames_are_matched_in_place() {
+        // valgrind lists an address's inlined functions, innermost first, before the function
+        // they were inlined into; a block generated by valgrind names them all.
+        let mut fr = frames();
+        let mut inl = frame(
+            "pair<std::string const&, 0ul>",
+            "std::pair<std::string const&, 0ul>",
+            "/usr/include/c++/12/tuple",
+            "/opt/app/bin",
+        );
+        inl.pc = fr[1].pc;
+        inl.inlined = true;
+        fr.insert(1, inl);
+        let block = "{\n n\n Memcheck:Leak\n fun:malloc\n fun:vendor_init\n fun:pair<const std::string&, 0>\n fun:_ZN2ns4loadIiEEvv\n fun:main\n}\n";
+        assert_eq!(
+            lazily(block, &fr, Class::DefinitelyLost),
+            (Some(Hit { file: 0, entry: 0 }), vec![0, 1, 2])
+        );
+        // The first block names every frame; the second is then tried by the names it needs.
+        let dots = "{\n x\n Memcheck:Leak\n ...\n fun:nowhere\n}\n\
+                    {\n n\n Memcheck:Leak\n ...\n fun:pair<const std::string&, 0>\n fun:_ZN2ns4loadIiEEvv\n}\n";
+        assert_eq!(
+            lazily(dots, &fr, Class::DefinitelyLost).0,
+            Some(Hit { file: 0, entry: 1 }),
+            "template arguments spelled otherwise"
+        );
+        let file = "leak:c++/12/tuple\n";
+        assert!(
+            lazily(file, &fr, Class::DefinitelyLost).0.is_some(),
+            "an inlined frame's file"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::live::{Breaks, Live};
 use super::roots::ThreadNotes;
 use super::suppress;
 use crate::analysis::reach::{Class, Heuristic};
-use crate::analysis::suppressions::{Generated, Hit, Recorded, Stack};
+use crate::analysis::suppressions::{Generated, Hit, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::diag;
 use crate::frames::Symbols;
@@ -26,9 +26,11 @@ struct Group {
     hit: Option<Hit>,
 }
 
-/// Groups the blocks by class and stack, leaves out what the suppressions match, prints the
-/// report (text or valgrind's XML) and returns the count of leaked blocks no suppression
-/// matched.
+type Key = (Class, [usize; NFRAMES]);
+
+/// Blocks and bytes of each class.
+type Totals = HashMap<Class, (usize, usize)>;
+
 /// What the mark found of each block, by index into the live blocks.
 pub(super) struct Marks {
     pub class: Vec<Class>,
@@ -38,6 +40,9 @@ pub(super) struct Marks {
     pub head: Vec<Option<usize>>,
 }
 
+/// Groups the blocks by class and stack, leaves out what the suppressions match, prints the
+/// report (text or valgrind's XML) and returns the count of leaked blocks no suppression
+/// matched.
 pub(super) fn write_report(
     live: &[Live],
     marks: &Marks,
@@ -46,52 +51,22 @@ pub(super) fn write_report(
     breaks: &Breaks,
     no_arena: bool,
 ) -> usize {
-    let (classes, heuristic, heads) = (&marks.class, &marks.heuristic, &marks.head);
     let opts = options::get();
     let mut loaded = suppress::take();
-    // Suppressions apply to every class, listed or not, as valgrind's summary counts them.
-    let matching = loaded.as_ref().is_some_and(|l| !l.sup.is_empty());
-    let mut totals: HashMap<Class, (usize, usize)> = HashMap::new();
-    let mut groups: HashMap<(Class, [usize; NFRAMES]), Group> = HashMap::new();
-    for (b, &c) in live.iter().zip(classes) {
-        let t = totals.entry(c).or_default();
-        t.0 += 1;
-        t.1 += b.size;
-        if show & c.bit() == 0 && !matching {
-            continue;
-        }
-        let g = groups.entry((c, b.frames)).or_default();
-        g.blocks += 1;
-        g.bytes += b.size;
-        if g.example == 0 {
-            g.example = b.start;
-        }
-    }
-    let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_by(|a, b| (a.0 .0, b.1.bytes, a.0 .1).cmp(&(b.0 .0, a.1.bytes, b.0 .1)));
-
+    let sup = loaded.as_mut().map(|l| &mut l.sup).filter(|s| !s.is_empty());
+    let (mut totals, mut groups) = group(live, &marks.class, show, sup.as_deref());
     let mut syms = Symbols::new();
-    let mut suppressed = (0usize, 0usize);
-    if let Some(l) = loaded.as_mut().filter(|_| matching) {
-        for ((class, frames), g) in groups.iter_mut() {
-            g.hit = l.sup.find(&syms.stack(frames).stack(), *class);
-            if let Some(hit) = g.hit {
-                l.sup.record(hit, g.blocks as u64, g.bytes as u64);
-                let t = totals.entry(*class).or_default();
-                t.0 -= g.blocks;
-                t.1 -= g.bytes;
-                suppressed.0 += g.blocks;
-                suppressed.1 += g.bytes;
-            }
-        }
-    }
+    let suppressed = match sup {
+        Some(sup) => suppress(&mut groups, &mut totals, sup, &mut syms),
+        None => (0, 0),
+    };
     groups.retain(|((c, _), g)| show & c.bit() != 0 && g.hit.is_none());
     let leaked = totals.iter().filter(|(c, _)| c.is_leak()).map(|(_, t)| t.0).sum();
     if opts.report_xml {
         // memcheck counts indirectly lost bytes in the record of the definitely lost block
         // that holds them.
         let mut indirect: HashMap<[usize; NFRAMES], usize> = HashMap::new();
-        for (b, h) in live.iter().zip(heads) {
+        for (b, h) in live.iter().zip(&marks.head) {
             if let Some(h) = *h {
                 *indirect.entry(live[h].frames).or_default() += b.size;
             }
@@ -105,8 +80,82 @@ pub(super) fn write_report(
         );
         return leaked;
     }
-
     let mut out = open_output();
+    write_summary(&mut out, &totals, loaded.is_some().then_some(suppressed));
+    write_heuristics(&mut out, live, &marks.heuristic);
+    write_notes(&mut out, notes, breaks, no_arena);
+    write_hidden(&mut out, &totals, show);
+    if let Some(l) = &loaded {
+        for p in &l.problems {
+            let _ = writeln!(out, "dmem: this run had no suppressions from {p}");
+        }
+    }
+    write_records(&mut out, &groups, &mut syms, opts.gen_suppressions);
+    // valgrind -v's list of the suppressions used, when every class is listed.
+    if let Some(l) = loaded.as_ref().filter(|_| show == Class::ALL_BITS) {
+        write_used(&mut out, &l.sup);
+    }
+    out.flush();
+    leaked
+}
+
+/// Each class's totals, and the loss records of the classes listed or that a suppression may
+/// match (valgrind's summary counts suppressed blocks of every class), largest first within a
+/// class.
+fn group(
+    live: &[Live],
+    classes: &[Class],
+    show: u8,
+    sup: Option<&Suppressions>,
+) -> (Totals, Vec<(Key, Group)>) {
+    let mut totals = Totals::new();
+    let mut groups: HashMap<Key, Group> = HashMap::new();
+    for (b, &c) in live.iter().zip(classes) {
+        let t = totals.entry(c).or_default();
+        t.0 += 1;
+        t.1 += b.size;
+        if show & c.bit() == 0 && !sup.is_some_and(|s| s.applies_to(c)) {
+            continue;
+        }
+        let g = groups.entry((c, b.frames)).or_default();
+        g.blocks += 1;
+        g.bytes += b.size;
+        if g.example == 0 {
+            g.example = b.start;
+        }
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_by(|a, b| (a.0 .0, b.1.bytes, a.0 .1).cmp(&(b.0 .0, a.1.bytes, b.0 .1)));
+    (totals, groups)
+}
+
+/// Marks the loss records a suppression matches, takes them out of their class's totals and
+/// returns the blocks and bytes taken. A stack's frames are named only as far as matching
+/// needs: naming reads an object's debug info whole the first time.
+fn suppress(
+    groups: &mut [(Key, Group)],
+    totals: &mut Totals,
+    sup: &mut Suppressions,
+    syms: &mut Symbols,
+) -> (usize, usize) {
+    let mut suppressed = (0, 0);
+    for ((class, frames), g) in groups.iter_mut() {
+        let (head, mut lazy) = syms.unnamed(frames);
+        g.hit = sup.find_lazily(head.head(), &mut lazy, *class);
+        if let Some(hit) = g.hit {
+            sup.record(hit, g.blocks as u64, g.bytes as u64);
+            let t = totals.entry(*class).or_default();
+            t.0 -= g.blocks;
+            t.1 -= g.bytes;
+            suppressed.0 += g.blocks;
+            suppressed.1 += g.bytes;
+        }
+    }
+    suppressed
+}
+
+/// The summary line, in valgrind's words; with suppressions, what they took.
+fn write_summary(out: &mut Out, totals: &Totals, suppressed: Option<(usize, usize)>) {
     let _ = write!(out, "dmem: leak summary:");
     for (i, c) in Class::ALL.iter().enumerate() {
         let (n, bytes) = totals.get(c).copied().unwrap_or_default();
@@ -118,15 +167,14 @@ pub(super) fn write_report(
             blocks(n)
         );
     }
-    if loaded.is_some() {
-        let _ = write!(
-            out,
-            "; suppressed: {} bytes in {}",
-            suppressed.1,
-            blocks(suppressed.0)
-        );
+    if let Some((n, bytes)) = suppressed {
+        let _ = write!(out, "; suppressed: {bytes} bytes in {}", blocks(n));
     }
     let _ = writeln!(out);
+}
+
+/// How much of what is still reachable each heuristic kept, when any did.
+fn write_heuristics(out: &mut Out, live: &[Live], heuristic: &[Option<Heuristic>]) {
     let mut via = [(0usize, 0usize); 4];
     for (b, h) in live.iter().zip(heuristic) {
         if let Some(h) = h {
@@ -134,16 +182,21 @@ pub(super) fn write_report(
             via[*h as usize].1 += b.size;
         }
     }
-    if via.iter().any(|v| v.0 > 0) {
-        let _ = write!(out, "dmem: of which still reachable via heuristic:");
-        let mut first = true;
-        for (h, &(n, bytes)) in Heuristic::ALL.iter().zip(&via).filter(|(_, v)| v.0 > 0) {
-            let sep = if first { "" } else { ";" };
-            first = false;
-            let _ = write!(out, "{sep} {}: {bytes} bytes in {}", h.name(), blocks(n));
-        }
-        let _ = writeln!(out);
+    if via.iter().all(|v| v.0 == 0) {
+        return;
     }
+    let _ = write!(out, "dmem: of which still reachable via heuristic:");
+    let mut first = true;
+    for (h, &(n, bytes)) in Heuristic::ALL.iter().zip(&via).filter(|(_, v)| v.0 > 0) {
+        let sep = if first { "" } else { ";" };
+        first = false;
+        let _ = write!(out, "{sep} {}: {bytes} bytes in {}", h.name(), blocks(n));
+    }
+    let _ = writeln!(out);
+}
+
+/// What the mark could not do: threads not stopped, broken lists, glibc's arena not found.
+fn write_notes(out: &mut Out, notes: &ThreadNotes, breaks: &Breaks, no_arena: bool) {
     for &(tid, scanned) in &notes.not_stopped {
         if scanned {
             let _ = writeln!(
@@ -164,7 +217,7 @@ pub(super) fn write_report(
             plural(notes.missed, "thread")
         );
     }
-    breaks.write(&mut out);
+    breaks.write(out);
     if no_arena {
         let _ = writeln!(
             out,
@@ -172,6 +225,10 @@ pub(super) fn write_report(
              glibc's bookkeeping points to counts as in use"
         );
     }
+}
+
+/// The classes that have blocks but are not listed.
+fn write_hidden(out: &mut Out, totals: &Totals, show: u8) {
     let hidden: Vec<&str> = Class::ALL
         .iter()
         .filter(|c| show & c.bit() == 0 && totals.contains_key(c))
@@ -184,12 +241,11 @@ pub(super) fn write_report(
             hidden.join(", ")
         );
     }
-    if let Some(l) = &loaded {
-        for p in &l.problems {
-            let _ = writeln!(out, "dmem: this run had no suppressions from {p}");
-        }
-    }
-    for ((class, frames), g) in &groups {
+}
+
+/// Each listed loss record with its stack, and valgrind's suppression for it when asked for.
+fn write_records(out: &mut Out, groups: &[(Key, Group)], syms: &mut Symbols, gen: bool) {
+    for ((class, frames), g) in groups {
         let _ = writeln!(
             out,
             "\n{} bytes in {} {} {}, e.g. {:#x}, allocated at:",
@@ -201,31 +257,30 @@ pub(super) fn write_report(
         );
         for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
             let _ = write!(out, "    #{i} {pc:#x} ");
-            diag::describe_frame(&mut out, &syms.of(pc)[0]);
+            diag::describe_frame(out, &syms.of(pc)[0]);
             let _ = writeln!(out);
         }
-        if opts.gen_suppressions {
+        if gen {
             out.str(&Generated::new(&syms.stack(frames).stack(), *class).text());
         }
     }
-    // valgrind -v's list of the suppressions used, when every class is listed.
-    if let Some(l) = loaded.as_ref().filter(|_| show == Class::ALL_BITS) {
-        let used = l.sup.used();
-        if !used.is_empty() {
-            let _ = writeln!(out);
-        }
-        for (hit, u) in used {
-            let _ = writeln!(out, "dmem: {}", l.sup.used_line(hit, u));
-        }
+}
+
+/// valgrind -v's lines for the suppressions used, most used first.
+fn write_used(out: &mut Out, sup: &Suppressions) {
+    let used = sup.used();
+    if !used.is_empty() {
+        let _ = writeln!(out);
     }
-    out.flush();
-    leaked
+    for (hit, u) in used {
+        let _ = writeln!(out, "dmem: {}", sup.used_line(hit, u));
+    }
 }
 
 /// The report as valgrind's XML: the listed loss records, their suppressions when asked for,
 /// and the suppressions' counts.
 fn write_xml(
-    groups: &[((Class, [usize; NFRAMES]), Group)],
+    groups: &[(Key, Group)],
     indirect: &HashMap<[usize; NFRAMES], usize>,
     syms: &mut Symbols,
     loaded: Option<&suppress::Loaded>,
