@@ -1,5 +1,6 @@
 """The cost of suppressions in the exit report: CPython run under leak-report without
-suppressions and with files of 1,000 patterns (LeakSanitizer's and valgrind's), interleaved, the
+suppressions and with files of 1,000 patterns (LeakSanitizer's, and valgrind's for definitely
+lost blocks as valgrind generates them and for every class), interleaved, the
 median wall time of each and its difference to the run without. With --base-lib, the same
 library built without suppressions support (e.g. main's) runs too, to show that nothing is paid
 when no suppression is given."""
@@ -44,6 +45,12 @@ def main():
         for i in range(1000):
             f.write("{\n   v%d\n   Memcheck:Leak\n   match-leak-kinds: definite\n   fun:malloc\n"
                     "   ...\n   fun:vendor_function_%d\n}\n" % (i, i))
+    # Without match-leak-kinds, a block applies to every class, still reachable too.
+    vg_all = os.path.join(tmp, "vg_all.supp")
+    with open(vg_all, "w") as f:
+        for i in range(1000):
+            f.write("{\n   v%d\n   Memcheck:Leak\n   fun:malloc\n   ...\n   fun:vendor_function_%d\n}\n"
+                    % (i, i))
     one = os.path.join(tmp, "one.supp")
     with open(one, "w") as f:
         f.write("leak:vendor_module_0_init\n")
@@ -53,6 +60,7 @@ def main():
             ("1 leak: pattern", a.lib, report + ",suppressions=" + one),
             ("1,000 leak: patterns", a.lib, report + ",suppressions=" + lsan),
             ("1,000 valgrind blocks", a.lib, report + ",suppressions=" + vg),
+            ("1,000 valgrind, all kinds", a.lib, report + ",suppressions=" + vg_all),
             ("leak-show=all, none", a.lib, listed),
             ("leak-show=all, 1,000 leak:", a.lib, listed + ",suppressions=" + lsan),
             ("leak-show=all, 1,000 valgrind", a.lib, listed + ",suppressions=" + vg)]
