@@ -1,10 +1,12 @@
-//! Return addresses of this process as the shared frame record (`analysis::frame`): names,
-//! files and lines from the symbol tables and debug info through the `backtrace` crate, inlined
-//! functions expanded, the object from the loader; and the allocation function a stack's first
-//! frame called (`analysis::allocfn`). It allocates (on libdmem's own heap), so it runs only at
-//! exit or on the way to an abort, with the reentrancy guard held and never from inside the
-//! loader; it asks `dladdr`, which takes the loader's lock, only until the exit report has taken
-//! the table of loaded objects (`name_without_the_loader`).
+//! Return addresses of this process as the shared frame record (`analysis::frame`): names, files
+//! and lines from the symbol tables and debug info through the `backtrace` crate, inlined functions
+//! expanded, the object from the loader; and the allocation function a stack's first frame called
+//! (`analysis::allocfn`); for suppressions, a stack's return addresses named one at a time as
+//! matching reads them (`Lazy`), since the first name in an object reads that object's debug info
+//! whole. It allocates (on libdmem's own heap), so it runs only at exit or on the way to an abort,
+//! with the reentrancy guard held and never from inside the loader; it asks `dladdr`, which takes
+//! the loader's lock, only until the exit report has taken the table of loaded objects
+//! (`name_without_the_loader`).
 
 #[cfg(not(test))]
 use crate::analysis::allocfn::{Alloc, Callees};
