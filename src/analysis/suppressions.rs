@@ -8,8 +8,9 @@
 //! - LeakSanitizer: a `leak:PATTERN` suppresses a block when PATTERN matches, for any frame of
 //!   its stack, the module's path, the demangled function name or the source file's path, as
 //!   LSan's `TemplateMatch`: a substring match, `*` for any run of characters, `^` and `$`
-//!   anchoring it at the start or end. Other types (`race:`, `interceptor_via_fun:`) are
-//!   skipped.
+//!   anchoring it at the start or end. It suppresses what LSan would report, a lost block
+//!   (definitely, indirectly or possibly), never a still-reachable one, which LSan never counts
+//!   as a leak. Other types (`race:`, `interceptor_via_fun:`) are skipped.
 //! - valgrind: `{ NAME  Memcheck:Leak  [match-leak-kinds: KINDS]  LOCATIONS }`, locations
 //!   `fun:GLOB` (a function's symbol, mangled, as valgrind matches it; inlined functions by
 //!   their DWARF name), `obj:GLOB` (the object's path), `src:FILE[:LINE]` and `...` (any number
@@ -395,6 +396,12 @@ const MEMCHECK_KINDS: &[&str] = &[
 
 const ALL_KINDS: u8 = 0b1111;
 
+/// The classes a LeakSanitizer pattern applies to: every one LSan reports as a leak. A block
+/// LSan finds reachable it never reports, so a `leak:` line has nothing to say about it; and
+/// matching one against still-reachable blocks would name every stack of a program that frees
+/// little at exit (CPython's, whose blocks are all reachable) for nothing.
+const LSAN_KINDS: u8 = ALL_KINDS & !Class::StillReachable.bit();
+
 fn kind_word(c: Class) -> &'static str {
     match c {
         Class::DefinitelyLost => "definite",
@@ -686,10 +693,14 @@ impl Suppressions {
         &self.files[hit.file].entries[hit.entry]
     }
 
-    /// Whether any suppression can match a loss record of `class`: LeakSanitizer's match every
-    /// class, valgrind's those their `match-leak-kinds` name.
+    /// Whether any suppression can match a loss record of `class`: LeakSanitizer's match the
+    /// lost classes, valgrind's those their `match-leak-kinds` name.
     pub fn applies_to(&self, class: Class) -> bool {
-        !self.lsan.is_empty() || self.vg_kinds & class.bit() != 0
+        self.lsan_applies_to(class) || self.vg_kinds & class.bit() != 0
+    }
+
+    fn lsan_applies_to(&self, class: Class) -> bool {
+        !self.lsan.is_empty() && LSAN_KINDS & class.bit() != 0
     }
 
     /// The first suppression, in file order, that matches a loss record of `class` with this
@@ -708,7 +719,11 @@ impl Suppressions {
         if !self.applies_to(class) {
             return None;
         }
-        let lsan = self.find_lsan(head, frames);
+        let lsan = if self.lsan_applies_to(class) {
+            self.find_lsan(head, frames)
+        } else {
+            None
+        };
         // Only a valgrind suppression before LeakSanitizer's match in file order can change the
         // answer.
         self.find_valgrind(head, frames, class, lsan).or(lsan)
