@@ -281,12 +281,13 @@ fn remember_alloc(h: &Header, hdr: *mut Header) {
     history::record(&p, options::get().history);
 }
 
-/// A free the history will record if the block turns out to be live: its header copied now,
-/// while the block is surely there, and the stack of the free walked from `from`. None for a
-/// pointer that has no live header.
+/// A free the history will record if the block turns out to be live: its event written in place
+/// in the thread's ring, from the header while the block is surely there and with the stack of
+/// the free walked from `from` straight into it, for the caller to publish once the block is
+/// claimed. None for a pointer that has no live header, or when there is no ring.
 #[cold]
 #[inline(never)]
-fn pending_free(user: *mut u8, from: Origin) -> Option<history::Pending> {
+fn pending_free(user: *mut u8, from: Origin) -> Option<history::Slot> {
     if !plausible(user) {
         return None;
     }
@@ -296,10 +297,11 @@ fn pending_free(user: *mut u8, from: Origin) -> Option<history::Pending> {
     if unsafe { header::magic(hdr) }.load(core::sync::atomic::Ordering::Relaxed) != MAGIC_LIVE {
         return None;
     }
+    let mut slot = history::Slot::claim(options::get().history)?;
     // SAFETY: a live header (checked just above).
-    let mut p = history::Pending::free_of(unsafe { &*hdr }, user);
-    record(from, &mut p.free_frames);
-    Some(p)
+    slot.free_of(unsafe { &*hdr }, user);
+    record(from, &mut slot.event().free_frames);
+    Some(slot)
 }
 
 /// free(): null is a no-op, arena blocks are never freed. With a history, the free is recorded
@@ -317,8 +319,8 @@ pub fn release(user: *mut u8, from: Origin) {
         None
     };
     let claimed = claim("free", user, true);
-    if let (Some(p), Claim::Mine(_) | Claim::Handed) = (&pending, &claimed) {
-        history::record(p, options::get().history);
+    if let (Some(slot), Claim::Mine(_) | Claim::Handed) = (pending, &claimed) {
+        slot.publish();
     }
     if let Claim::Mine(hdr) = claimed {
         if options::get().count_allocs {

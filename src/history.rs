@@ -16,6 +16,7 @@ use crate::header::{Header, NFRAMES};
 use crate::lists::{NLISTS, NOWNED};
 use crate::table_pages;
 use crate::thread;
+use core::ptr::NonNull;
 use core::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
 /// What an event records.
@@ -94,7 +95,8 @@ pub fn mapped(emit: &mut dyn FnMut(usize, usize)) {
     }
 }
 
-/// What the caller knows of an event before it is written.
+/// What the caller knows of an event before it is written, for the events recorded away from
+/// the free path (an allocation, a realloc that moved a block).
 pub struct Pending {
     pub addr: usize,
     pub size: usize,
@@ -119,35 +121,90 @@ impl Pending {
     }
 }
 
+/// A slot of the calling thread's ring, claimed for one event and written in place: its
+/// sequence number stays zero until `publish`. A slot never published (a free that turned out
+/// to be bad) stays zero, so readers skip it, until the ring comes round to it again.
+pub struct Slot {
+    event: NonNull<Event>,
+    seq: u64,
+}
+
+impl Slot {
+    /// Claims the next slot of the calling thread's ring (`capacity` events, the `history`
+    /// option) and stamps it with the thread and the time; None when the ring cannot be mapped.
+    #[inline(always)]
+    pub fn claim(capacity: usize) -> Option<Slot> {
+        // A thread whose first call is a free has no list yet: it gets one here.
+        let (i, owned) = crate::lists::home();
+        let r = ring(i, capacity)?;
+        // SAFETY: a ring mapped by `ring` and never unmapped; its capacity never changes.
+        let (count, cap) = unsafe { (&(*r).count, (*r).capacity) };
+        // Counted before the event is written, so that an event recorded meanwhile on this
+        // thread (a free nested in the walk of the stack) takes the next slot.
+        let k = if owned && i < NOWNED {
+            // The list's owner is the ring's only writer.
+            let k = count.load(Ordering::Relaxed);
+            count.store(k + 1, Ordering::Relaxed);
+            k
+        } else {
+            count.fetch_add(1, Ordering::Relaxed)
+        };
+        // SAFETY: the slot is inside the ring (k % cap < cap) and, for this round, ours alone.
+        let e = unsafe { &mut *events(r).add((k % cap) as usize) };
+        e.seq.store(0, Ordering::Relaxed);
+        // The zero must be visible before the fields change.
+        fence(Ordering::Release);
+        e.time_ns = now_ns();
+        e.tid = thread::tid();
+        Some(Slot {
+            event: NonNull::from(e),
+            seq: k + 1,
+        })
+    }
+
+    /// The event, for the caller to fill.
+    #[inline(always)]
+    pub fn event(&mut self) -> &mut Event {
+        // SAFETY: the slot claimed in `claim`, ours alone until published, in a ring that is
+        // never unmapped.
+        unsafe { self.event.as_mut() }
+    }
+
+    /// A free of the block behind `hdr`, read before the block is claimed (afterwards another
+    /// thread may give it back). The stack of the free is the caller's to write.
+    #[inline(always)]
+    pub fn free_of(&mut self, hdr: &Header, user: *const u8) {
+        let e = self.event();
+        e.addr = user as u64;
+        e.size = hdr.size() as u64;
+        e.alloc_tid = hdr.tid;
+        e.kind = KIND_FREE;
+        e.alloc_frames = hdr.frames;
+    }
+
+    /// Makes the event whole for readers.
+    #[inline(always)]
+    pub fn publish(self) {
+        // SAFETY: as in `event`.
+        unsafe { self.event.as_ref() }
+            .seq
+            .store(self.seq, Ordering::Release);
+    }
+}
+
 /// Writes an event in the calling thread's ring (`capacity` events, the `history` option).
 pub fn record(p: &Pending, capacity: usize) {
-    // A thread whose first call is a free has no list yet: it gets one here.
-    let (i, owned) = crate::lists::home();
-    let Some(r) = ring(i, capacity) else { return };
-    // SAFETY: a ring mapped by `map_ring` and never unmapped; its capacity never changes.
-    let (count, cap) = unsafe { (&(*r).count, (*r).capacity) };
-    let k = if owned && i < NOWNED {
-        // The list's owner is the ring's only writer.
-        let k = count.load(Ordering::Relaxed);
-        count.store(k + 1, Ordering::Relaxed);
-        k
-    } else {
-        count.fetch_add(1, Ordering::Relaxed)
+    let Some(mut slot) = Slot::claim(capacity) else {
+        return;
     };
-    // SAFETY: the slot is inside the ring (k % cap < cap) and, for this round, ours alone.
-    let e = unsafe { &mut *events(r).add((k % cap) as usize) };
-    e.seq.store(0, Ordering::Relaxed);
-    // The zero must be visible before the fields change.
-    fence(Ordering::Release);
+    let e = slot.event();
     e.addr = p.addr as u64;
     e.size = p.size as u64;
-    e.time_ns = now_ns();
-    e.tid = thread::tid();
     e.alloc_tid = p.alloc_tid;
     e.kind = p.kind;
     e.alloc_frames = p.alloc_frames;
     e.free_frames = p.free_frames;
-    e.seq.store(k + 1, Ordering::Release);
+    slot.publish();
 }
 
 /// The newest recorded free of the block at `addr`, for a double free's message: its thread
