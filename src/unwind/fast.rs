@@ -184,6 +184,8 @@ const BORROW_AFTER: u32 = 256;
 /// %rbp, the word %rbp was restored from. A walk that needs more (frame pointers in every frame
 /// and a deep start) is not kept; the bound keeps the small table within the thread's budget.
 const CHECKS: usize = 24;
+// Replays check in pairs.
+const _: () = assert!(CHECKS.is_multiple_of(2));
 
 /// Marks a check of a word that holds a stack address, compared relative to the walk's start.
 const RELATIVE: u16 = 1 << 15;
@@ -225,7 +227,7 @@ struct Shape {
     /// How far above the starting stack pointer the stack must reach: past the highest CFA and
     /// every word checked.
     span: u32,
-    /// Checks.
+    /// Checks, an even number (see `full_walk`).
     len: u8,
     /// Whether every check is of a return address and the walk used no %rbp it started with:
     /// the shape of a stack of code without frame pointers, replayed by the shortest loop.
@@ -720,7 +722,15 @@ fn full_walk(
         shape.count_key = stack_hint::key(out);
         shape.pc = key.pc;
         shape.ra = key.ra;
-        let len = usize::from(shape.len);
+        let mut len = usize::from(shape.len);
+        // Replays check in pairs (see `replay`): an odd last check is made twice, which costs a
+        // load that cannot fail once the first one matched.
+        if len % 2 == 1 {
+            shape.at[len] = shape.at[len - 1];
+            shape.want[len] = shape.want[len - 1];
+            len += 1;
+            shape.len += 1;
+        }
         shape.plain = shape.bp0.is_none() && shape.at[..len].iter().all(|&at| at & RELATIVE == 0);
     } else {
         *rec.shape = NO_SHAPE;
@@ -739,7 +749,11 @@ impl Shape {
         if len > CHECKS {
             return false;
         }
-        let (at, want) = (&self.at[..len], &self.want[..len]);
+        debug_assert!(len.is_multiple_of(2));
+        // Checks go in pairs, so that the loop's own count and jump are paid once per two
+        // (`full_walk` makes the number even).
+        let (at, _) = self.at[..len].as_chunks::<2>();
+        let (want, _) = self.want[..len].as_chunks::<2>();
         // The checks go in the order the walk read the words and stop at the first that
         // differs: while they match, the next word is one the walk itself would read, on this
         // stack. Read further, a word could lie above the stack's real top when the mapping its
@@ -749,15 +763,19 @@ impl Shape {
         // once.
         let matches = if self.plain {
             // No check is marked relative.
-            at.iter()
-                .zip(want)
-                .all(|(&at, &want)| self.word(sp0, at.into()) == want)
+            at.iter().zip(want).all(|(at, want)| {
+                self.word(sp0, at[0].into()) == want[0] && self.word(sp0, at[1].into()) == want[1]
+            })
         } else {
+            let check = |at: u16, want: usize| {
+                let base = if at & RELATIVE != 0 { sp0 } else { 0 };
+                self.word(sp0, (at & !RELATIVE).into()).wrapping_sub(base) == want
+            };
             self.bp0.is_none_or(|rel| bp0.wrapping_sub(sp0) == rel)
-                && at.iter().zip(want).all(|(&at, &want)| {
-                    let base = if at & RELATIVE != 0 { sp0 } else { 0 };
-                    self.word(sp0, (at & !RELATIVE).into()).wrapping_sub(base) == want
-                })
+                && at
+                    .iter()
+                    .zip(want)
+                    .all(|(at, want)| check(at[0], want[0]) && check(at[1], want[1]))
         };
         if matches {
             *out = self.frames;
