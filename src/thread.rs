@@ -13,8 +13,6 @@ use core::cell::Cell;
 pub struct State {
     tid: Cell<u32>,
     busy: Cell<bool>,
-    /// Whether the walker's caches in the area are initialised (`unwind/fast.rs`).
-    walker_ready: Cell<bool>,
     /// The thread's home list plus one; zero before the first allocation.
     list: Cell<usize>,
     /// Whether the thread owns its home list (`lists.rs`).
@@ -32,12 +30,6 @@ fn state<'a>() -> &'a State {
     // its `thread` words are room for a `State` (asserted above), whose all-zero bytes are a
     // valid state, and only this thread touches them, through `Cell`s.
     unsafe { &*(*tls::area()).thread.as_ptr().cast::<State>() }
-}
-
-/// Whether the walker's caches in the calling thread's area are initialised (`unwind/fast.rs`).
-#[inline(always)]
-pub fn walker_ready<'a>() -> &'a Cell<bool> {
-    &state().walker_ready
 }
 
 /// The calling thread's kernel thread id, from a cache filled by one syscall per thread.

@@ -20,7 +20,7 @@ unsafe extern "C" {
 /// import it and it imports none of them.
 #[repr(C, align(64))]
 pub struct Area {
-    /// `thread::State`; `walker_ready` in it says whether the walker's caches are initialised.
+    /// `thread::State`.
     pub thread: [u64; THREAD_WORDS],
     /// The walker's per-thread caches.
     pub walker: [u64; WALKER_WORDS],

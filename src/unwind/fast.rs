@@ -59,6 +59,8 @@ const MEMO_SLOTS: usize = 1 << MEMO_BITS;
 
 /// What a thread keeps for its walks, in the thread's TLS area (`tls.rs`).
 struct Local {
+    /// Whether the rest is initialised: false in the thread's fresh area, whose bytes are zero.
+    ready: bool,
     /// Stacks this thread walked on lately.
     stacks: KnownStacks,
     /// The generation the memo, `prev` and the shapes were filled in.
@@ -308,6 +310,7 @@ const _: () = assert!(core::mem::size_of::<Local>() <= tls::WALKER_WORDS * 8);
 const _: () = assert!(core::mem::align_of::<Local>() <= 8);
 
 const LOCAL_INIT: Local = Local {
+    ready: true,
     stacks: KnownStacks::EMPTY,
     generation: 0,
     memo: [(0, 0); MEMO_SLOTS],
@@ -328,14 +331,13 @@ const LOCAL_INIT: Local = Local {
 unsafe fn local<'a>() -> &'a mut Local {
     let area = tls::area();
     // SAFETY: the area is this thread's own, its walker room holds a `Local` (asserted above),
-    // and the caller guarantees no other reference to it; `walker_ready` is set only after the
-    // room was written with a whole `Local`.
+    // and the caller guarantees no other reference to it. Only `ready` is read before the room
+    // is known to hold a whole `Local`: a bool, whose zero (the fresh area's) is false, and
+    // which is true only once the room was written with a whole `Local`.
     unsafe {
         let at = (*area).walker.as_mut_ptr().cast::<Local>();
-        let ready = crate::thread::walker_ready();
-        if !ready.get() {
+        if !core::ptr::addr_of!((*at).ready).read() {
             at.write(LOCAL_INIT);
-            ready.set(true);
         }
         &mut *at
     }
@@ -480,30 +482,55 @@ pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) ->
     // takes the untracked path.
     let local = unsafe { local() };
     let regs = from.0;
-    let Some(hi) = local.stacks.top(regs.sp) else {
+    let Some(at) = Start::of(local, &regs) else {
         return Hint::bare(0);
     };
-    let bounds = Bounds { lo: regs.sp, hi };
-    let generation = GENERATION.load(Ordering::Relaxed);
-    if local.generation != generation {
-        local.renew(generation);
-    }
-    let key = Key {
-        pc: regs.pc,
-        ra: first_return(local, &regs, &bounds, generation),
-    };
-    let hash = ((regs.sp as u64) ^ (key.ra as u64).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     // SAFETY: a borrowed table is this thread's alone (see `borrow_large`).
     let replayed = match unsafe { local.large.as_mut() } {
-        Some(large) => large.replay(hash, &key, regs.bp, &bounds, out),
-        None => local.small.replay(hash, &key, regs.bp, &bounds, out),
+        Some(large) => large.replay(at.hash, &at.key, regs.bp, &at.bounds, out),
+        None => local.small.replay(at.hash, &at.key, regs.bp, &at.bounds, out),
     };
     if let Some(hint) = replayed {
         #[cfg(test)]
         tests::REPLAYS.with(|r| r.set(r.get() + 1));
         return hint;
     }
-    walk_and_keep(local, hash, key, regs, &bounds, generation, out, skip)
+    // What the walk needs is found again there rather than kept here, where it would take
+    // registers the replay needs.
+    walk_and_keep(local, &regs, out, skip)
+}
+
+/// Where a walk starts, as a replay and a walk by the rules both need it.
+struct Start {
+    bounds: Bounds,
+    generation: u64,
+    key: Key,
+    /// Picks the set of shapes the walk's shape is in.
+    hash: u64,
+}
+
+impl Start {
+    /// None when the stack cannot be bounded (see `capture`).
+    #[inline(always)]
+    fn of(local: &mut Local, regs: &Regs) -> Option<Start> {
+        let hi = local.stacks.top(regs.sp)?;
+        let bounds = Bounds { lo: regs.sp, hi };
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if local.generation != generation {
+            local.renew(generation);
+        }
+        let key = Key {
+            pc: regs.pc,
+            ra: first_return(local, regs, &bounds, generation),
+        };
+        let hash = ((regs.sp as u64) ^ (key.ra as u64).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        Some(Start {
+            bounds,
+            generation,
+            key,
+            hash,
+        })
+    }
 }
 
 impl Local {
@@ -573,26 +600,31 @@ impl Local {
 /// A walk no shape answered: walks by the rules into a shape of its set (see `make_way`),
 /// and borrows a large table once the small one has missed often enough. Returns the walk's
 /// hint for the per-stack counts.
-#[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn walk_and_keep(
     local: &mut Local,
-    hash: u64,
-    key: Key,
-    regs: Regs,
-    bounds: &Bounds,
-    generation: u64,
+    regs: &Regs,
     out: &mut [usize; NFRAMES],
     skip: impl Fn(usize) -> bool,
 ) -> Hint {
+    // `capture` found the same a moment ago, so the stack is bounded.
+    let Some(Start {
+        bounds,
+        generation,
+        key,
+        hash,
+    }) = Start::of(local, regs)
+    else {
+        return Hint::bare(0);
+    };
     let (prev, memo) = (&mut local.prev, &mut local.memo);
     // SAFETY: as in `capture`.
     let shape = match unsafe { local.large.as_mut() } {
         Some(large) => large.make_way(hash),
         None => local.small.make_way(hash),
     };
-    full_walk(shape, key, prev, memo, regs, bounds, generation, out, skip);
+    full_walk(shape, key, prev, memo, *regs, &bounds, generation, out, skip);
     // A shape kept for replays (one with a key) keeps the memo of its counts too.
     let hint = if shape.pc != 0 {
         Hint::kept(shape.count_key, &mut shape.memo)
