@@ -1145,8 +1145,12 @@ mod tests {
             "by module"
         );
         assert!(
-            find("leak:app/load.cpp\n", Class::StillReachable).is_some(),
+            find("leak:app/load.cpp\n", Class::IndirectlyLost).is_some(),
             "by file"
+        );
+        assert!(
+            find("leak:app/load.cpp\n", Class::StillReachable).is_none(),
+            "LSan never reports a reachable block"
         );
         assert!(find("leak:^vendor$\n", Class::DefinitelyLost).is_none());
         assert!(find("leak:nowhere\nleak:*init\n", Class::DefinitelyLost) == Some(Hit { file: 0, entry: 1 }));
@@ -1243,12 +1247,17 @@ mod tests {
             (None, vec![0, 1, 2, 3])
         );
         assert_eq!(
-            lazily("leak:libvendor.so\n", &fr, Class::StillReachable),
+            lazily("leak:libvendor.so\n", &fr, Class::PossiblyLost),
             (Some(Hit { file: 0, entry: 0 }), vec![]),
             "by module, before any name"
         );
         assert_eq!(
-            lazily("leak:load.cpp\n", &fr, Class::StillReachable).1,
+            lazily("leak:libvendor.so\n", &fr, Class::StillReachable),
+            (None, vec![]),
+            "a reachable block, not named"
+        );
+        assert_eq!(
+            lazily("leak:load.cpp\n", &fr, Class::IndirectlyLost).1,
             vec![0, 1]
         );
     }
