@@ -1,7 +1,8 @@
 //! How an analysis command's answer is shown. Each command computes a typed answer, a
 //! `Serialize` type of its own module; this one place adds the envelope every JSON document
 //! carries (`format`, the version of the documents' shape, and `command`) and renders the
-//! answer as JSON or as text, the warnings of reading the image first.
+//! answer as JSON or as text, the warnings of reading the image first, or, for the answers that
+//! have one, as valgrind's XML.
 
 use crate::model::frames::JsonFrame;
 use crate::model::text::dump;
@@ -16,6 +17,20 @@ pub trait Answer: Serialize {
     const COMMAND: &'static str;
     /// The answer as lines of text.
     fn lines(&self) -> Vec<String>;
+}
+
+/// An answer that valgrind's XML can carry too (`dmem leaks --format xml`, what CI tools read).
+pub trait Xml: Answer {
+    /// The whole document, the warnings in its preamble.
+    fn xml(&self, warnings: Vec<String>) -> String;
+}
+
+/// How an answer is shown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    Text,
+    Json,
+    Xml,
 }
 
 #[derive(Serialize)]
@@ -39,6 +54,14 @@ pub fn render<T: Answer>(answer: &T, json: bool, warnings: impl FnOnce() -> Vec<
     let mut out = warnings();
     out.extend(answer.lines());
     lines(out)
+}
+
+/// The answer in the form asked for.
+pub fn render_in<T: Xml>(answer: &T, form: Form, warnings: impl FnOnce() -> Vec<String>) -> String {
+    match form {
+        Form::Xml => answer.xml(warnings()),
+        _ => render(answer, form == Form::Json, warnings),
+    }
 }
 
 /// Lines joined, with a newline after the last.

@@ -7,13 +7,14 @@ use crate::analysis::reach::{Class, Heuristic};
 use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
-use crate::commands::answer::{self, render, Answer};
+use crate::commands::answer::{self, render, Answer, Form};
 use crate::commands::blocks::{
     self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
     BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
 };
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
+use crate::model::heap::StackGroup;
 use crate::model::leaks::{Classified, Graph};
 use crate::model::names::Names;
 use crate::model::roots::{Kind, Loaded, Roots};
@@ -22,17 +23,6 @@ use crate::{usage, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
-
-/// A suppression used, in `--json`.
-#[derive(Serialize)]
-struct UsedJson {
-    name: String,
-    file: String,
-    line: usize,
-    count: u64,
-    blocks: u64,
-    bytes: u64,
-}
 
 /// What `dmem leaks` lists unless --show says otherwise, as valgrind's --show-leak-kinds.
 const DEFAULT_SHOW: [Class; 3] = [Class::DefinitelyLost, Class::IndirectlyLost, Class::PossiblyLost];
@@ -212,75 +202,391 @@ impl Gate {
     }
 }
 
-pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
-    let mut scan = Scan::open(&args.image)?;
-    let f = &args.filters;
-    let json = f.json || args.format.as_deref() == Some("json");
-    let xml = args.format.as_deref() == Some("xml");
-    let shown: Vec<Class> = args.show.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
-    let mut every = select(&mut scan.ins, f, None)?;
-    let mut gate = Gate::new(&args.suppressions);
-    // Suppressions take whole loss records (one class of one stack) out of every class, listed
-    // or not, as valgrind's do.
-    let mut suppressed = (0u64, 0u64);
-    if !gate.sup.is_empty() {
-        let mut records: BTreeMap<(u32, Class), (u64, u64)> = BTreeMap::new();
-        for &i in &every {
-            let b = &scan.ins.heap.blocks[i];
-            let r = records.entry((b.stack, scan.c.class[i])).or_default();
-            r.0 += 1;
-            r.1 += b.size;
-        }
-        let mut gone = std::collections::HashSet::new();
-        for ((stack, class), (n, bytes)) in records {
-            let owned = gate.stack(&mut scan.ins, stack);
-            if let Some(hit) = gate.sup.find(&owned.stack(), class) {
-                gate.sup.record(hit, n, bytes);
-                gone.insert((stack, class));
-                suppressed.0 += n;
-                suppressed.1 += bytes;
+/// `leaks`: the blocks of the classes `--show` lists, grouped by stack, with the totals of every
+/// class over all the blocks the filters let through, as valgrind's leak check counts them.
+#[derive(Serialize)]
+pub struct Leaks {
+    show: Vec<&'static str>,
+    #[serde(flatten)]
+    classes: BTreeMap<String, Count>,
+    /// Of the still-reachable blocks, those a heuristic reached, by heuristic (valgrind's order
+    /// here, the JSON's keys sorted).
+    #[serde(serialize_with = "by_name")]
+    reachable_via_heuristic: Vec<(Heuristic, Count)>,
+    /// Blocks the suppressions took out of every class above, and each suppression used.
+    suppressed: Count,
+    suppressions_used: Vec<UsedJson>,
+    total: StacksTotal,
+    stacks: Vec<LeakRow>,
+    roots: RootsJson,
+    notes: Vec<String>,
+    warnings: Vec<String>,
+    problems: Vec<ProblemJson>,
+    /// Whether suppressions were given (the text's total then says what they took).
+    #[serde(skip)]
+    gating: bool,
+    /// The groups left out by --limit: the line saying so.
+    #[serde(skip)]
+    rest: Option<String>,
+    /// The process, for the XML's preamble and arguments.
+    #[serde(skip)]
+    process: Process,
+}
+
+/// One stack of `leaks`.
+#[derive(Serialize)]
+pub struct LeakRow {
+    rank: usize,
+    blocks: u64,
+    bytes: u64,
+    example: String,
+    #[serde(flatten)]
+    classes: BTreeMap<String, Count>,
+    stack: Vec<JsonFrame>,
+    /// With --gen-suppressions: valgrind's suppression of each class of the stack.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "texts")]
+    suppressions: Vec<(Class, Generated)>,
+    /// The stack as suppressions and valgrind's XML see it (only for those).
+    #[serde(skip)]
+    site: Option<Rc<Recorded>>,
+    /// The bytes of the indirectly lost blocks its definitely lost blocks hold.
+    #[serde(skip)]
+    indirect: u64,
+}
+
+/// A suppression used.
+#[derive(Serialize)]
+pub struct UsedJson {
+    name: String,
+    file: String,
+    line: usize,
+    count: u64,
+    blocks: u64,
+    bytes: u64,
+    /// The line valgrind -v writes for it.
+    #[serde(skip)]
+    text: String,
+}
+
+/// The roots scanned.
+#[derive(Serialize)]
+pub struct RootsJson {
+    ranges: usize,
+    bytes: u64,
+    registers: usize,
+    unreadable: Vec<String>,
+    excluded: Vec<Excluded>,
+}
+
+#[derive(Serialize)]
+pub struct Excluded {
+    start: String,
+    end: String,
+    what: String,
+}
+
+/// What the XML says of the image: its name, and the process's id and command line.
+#[derive(Default)]
+struct Process {
+    image: String,
+    pid: u32,
+    argv: Vec<String>,
+}
+
+fn by_name<S: serde::Serializer>(v: &[(Heuristic, Count)], s: S) -> std::result::Result<S::Ok, S::Error> {
+    let sorted: BTreeMap<&str, &Count> = v.iter().map(|(h, c)| (h.name(), c)).collect();
+    s.collect_map(sorted)
+}
+
+fn texts<S: serde::Serializer>(v: &[(Class, Generated)], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|(_, g)| g.text()))
+}
+
+impl Leaks {
+    /// The count of class `c`.
+    fn class(&self, c: Class) -> &Count {
+        &self.classes[&key(c)]
+    }
+}
+
+impl Answer for Leaks {
+    const COMMAND: &'static str = "leaks";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.stacks {
+            let parts: Vec<String> = Class::ALL
+                .iter()
+                .map(|&c| (c, &r.classes[&key(c)]))
+                .filter(|(_, n)| n.blocks > 0)
+                .map(|(c, n)| format!("{} {}", n.blocks, c.name()))
+                .collect();
+            out.push(format!(
+                "stack {}: {} bytes in {} ({}), e.g. {}, allocated at:",
+                r.rank,
+                r.bytes,
+                plural(r.blocks, "block"),
+                parts.join(", "),
+                r.example
+            ));
+            out.extend(answer::stack_lines(&r.stack, "    "));
+            for (_, g) in &r.suppressions {
+                out.extend(g.text().lines().map(str::to_owned));
             }
         }
-        every.retain(|&i| !gone.contains(&(scan.ins.heap.blocks[i].stack, scan.c.class[i])));
-    }
-    let gating = !args.suppressions.is_empty();
-    let totals = by_class(&scan, &every);
-    let sel: Vec<usize> = every
-        .iter()
-        .copied()
-        .filter(|&i| shown.contains(&scan.c.class[i]))
-        .collect();
-    let groups = groups(&scan.ins, &sel);
-    let listed = limited(&groups, f.limit);
-    let per: Vec<[(u64, u64); 4]> = listed
-        .iter()
-        .map(|g| {
-            let mine: Vec<usize> = sel
+        out.extend(self.rest.clone());
+        out.push(self.total_line());
+        if !self.reachable_via_heuristic.is_empty() {
+            let parts: Vec<String> = self
+                .reachable_via_heuristic
                 .iter()
-                .copied()
-                .filter(|&i| scan.ins.heap.blocks[i].stack == g.stack)
+                .map(|(h, n)| format!("{}: {} bytes in {}", h.name(), n.bytes, plural(n.blocks, "block")))
                 .collect();
-            by_class(&scan, &mine)
+            out.push(format!(
+                "of which still reachable via heuristic: {}",
+                parts.join("; ")
+            ));
+        }
+        // valgrind -v's list of the suppressions used, when every class is listed.
+        if self.show.len() == Class::ALL.len() {
+            out.extend(self.suppressions_used.iter().map(|u| u.text.clone()));
+        }
+        out
+    }
+}
+
+impl Leaks {
+    /// valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
+    fn total_line(&self) -> String {
+        let total: Vec<String> = Class::ALL
+            .iter()
+            .map(|&c| (c, self.class(c)))
+            .map(|(c, n)| format!("{}: {} bytes in {}", c.name(), n.bytes, plural(n.blocks, "block")))
+            .collect();
+        let mut total = total.join("; ");
+        if self.gating {
+            total.push_str(&format!(
+                "; suppressed: {} bytes in {}",
+                self.suppressed.bytes,
+                plural(self.suppressed.blocks, "block")
+            ));
+        }
+        format!("total: {total}")
+    }
+}
+
+impl answer::Xml for Leaks {
+    /// memcheck's XML: one loss record per class of each listed stack.
+    fn xml(&self, warnings: Vec<String>) -> String {
+        let stacks: Vec<Option<Stack>> = self
+            .stacks
+            .iter()
+            .map(|r| r.site.as_ref().map(|s| s.stack()))
+            .collect();
+        let mut records = Vec::new();
+        for (r, stack) in self.stacks.iter().zip(&stacks) {
+            let (Some(site), Some(stack)) = (&r.site, stack) else {
+                continue;
+            };
+            for &class in &Class::ALL {
+                let n = &r.classes[&key(class)];
+                if n.blocks == 0 {
+                    continue;
+                }
+                records.push(Record {
+                    class,
+                    bytes: n.bytes,
+                    blocks: n.blocks,
+                    indirect: if class == Class::DefinitelyLost {
+                        r.indirect
+                    } else {
+                        0
+                    },
+                    stack,
+                    alloc_ip: site.alloc_ip,
+                    suppression: r.suppressions.iter().find(|(c, _)| *c == class).map(|(_, g)| g),
+                });
+            }
+        }
+        let mut preamble = vec![format!(
+            "dmem leaks of {}, in memcheck's format",
+            self.process.image
+        )];
+        preamble.extend(warnings);
+        let run = Run {
+            pid: self.process.pid,
+            ppid: 0,
+            argv: &self.process.argv,
+            preamble: &preamble,
+        };
+        let counts: Vec<(String, u64)> = self
+            .suppressions_used
+            .iter()
+            .map(|u| (u.name.clone(), u.count))
+            .collect();
+        document(&run, &records, &counts)
+    }
+}
+
+pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
+    let mut scan = Scan::open(&args.image)?;
+    let form = match args.format.as_deref() {
+        Some("xml") => Form::Xml,
+        Some("json") => Form::Json,
+        _ if args.filters.json => Form::Json,
+        _ => Form::Text,
+    };
+    let mut gate = Gate::new(&args.suppressions);
+    let answer = Leaks::of(&mut scan, &mut gate, &args, form == Form::Xml)?;
+    Ok(answer::render_in(&answer, form, || {
+        let mut out = gate.warnings();
+        out.extend(scan.warnings(true));
+        out
+    }))
+}
+
+impl Leaks {
+    /// The answer; with `sites`, each listed stack as suppressions and valgrind's XML see it.
+    fn of(scan: &mut Scan, gate: &mut Gate, args: &cli::LeaksArgs, sites: bool) -> Result<Leaks> {
+        let f = &args.filters;
+        let shown: Vec<Class> = args.show.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
+        let mut every = select(&mut scan.ins, f, None)?;
+        let suppressed = suppress(scan, gate, &mut every);
+        let sel: Vec<usize> = every
+            .iter()
+            .copied()
+            .filter(|&i| shown.contains(&scan.c.class[i]))
+            .collect();
+        let groups = groups(&scan.ins, &sel);
+        let listed = limited(&groups, f.limit);
+        let indirect = indirect_by_stack(scan);
+        let stacks = listed
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                let mut row = LeakRow::of(scan, &sel, k, g);
+                row.indirect = indirect.get(&g.stack).copied().unwrap_or(0);
+                if sites || args.gen_suppressions {
+                    row.site = Some(gate.stack(&mut scan.ins, g.stack));
+                }
+                if args.gen_suppressions {
+                    row.suppressions = row.generated();
+                }
+                row
+            })
+            .collect();
+        Ok(Leaks {
+            show: shown.iter().map(|&c| c.word()).collect(),
+            classes: counts(by_class(scan, &every)),
+            reachable_via_heuristic: via_heuristic(scan, &every),
+            suppressed,
+            suppressions_used: used(gate),
+            total: StacksTotal::of(&groups),
+            stacks,
+            roots: roots_json(scan),
+            notes: scan.roots.notes.clone(),
+            warnings: gate.warnings(),
+            problems: problems_json(&scan.ins.heap.problems()),
+            gating: !args.suppressions.is_empty(),
+            rest: rest_line(&groups, listed.len()),
+            process: Process::of(&scan.ins),
         })
-        .collect();
-    let via = via_heuristic(&scan, &every);
-    // Each listed stack's suppressions, one per class it has, when asked for.
-    let mut generated: Vec<Vec<(Class, Generated)>> = Vec::new();
-    if args.gen_suppressions || xml {
-        for (k, g) in listed.iter().enumerate() {
-            let owned = gate.stack(&mut scan.ins, g.stack);
-            generated.push(
-                Class::ALL
-                    .iter()
-                    .zip(per[k])
-                    .filter(|(_, (n, _))| *n > 0)
-                    .map(|(&c, _)| (c, Generated::new(&owned.stack(), c)))
-                    .collect(),
-            );
+    }
+}
+
+impl LeakRow {
+    /// The `k`th listed group, its blocks among `sel` counted by class.
+    fn of(scan: &mut Scan, sel: &[usize], k: usize, g: &StackGroup) -> LeakRow {
+        let mine: Vec<usize> = sel
+            .iter()
+            .copied()
+            .filter(|&i| scan.ins.heap.blocks[i].stack == g.stack)
+            .collect();
+        LeakRow {
+            rank: k + 1,
+            blocks: g.blocks,
+            bytes: g.bytes,
+            example: hex(g.example),
+            classes: counts(by_class(scan, &mine)),
+            stack: stack_json(&mut scan.ins, g.stack),
+            suppressions: Vec::new(),
+            site: None,
+            indirect: 0,
         }
     }
-    let used: Vec<UsedJson> = gate
-        .sup
+
+    /// valgrind's suppression of each class the stack has.
+    fn generated(&self) -> Vec<(Class, Generated)> {
+        let Some(site) = &self.site else {
+            return Vec::new();
+        };
+        Class::ALL
+            .iter()
+            .filter(|&&c| self.classes[&key(c)].blocks > 0)
+            .map(|&c| (c, Generated::new(&site.stack(), c)))
+            .collect()
+    }
+}
+
+impl Process {
+    fn of(ins: &Inspect) -> Process {
+        Process {
+            image: ins.image.name.clone(),
+            pid: ins.image.pid.unwrap_or(0) as u32,
+            argv: ins
+                .image
+                .exe
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+        }
+    }
+}
+
+/// Takes out of `every` the loss records (one class of one stack) a suppression matches, from
+/// every class, listed or not, as valgrind's suppressions do; the blocks and bytes taken.
+fn suppress(scan: &mut Scan, gate: &mut Gate, every: &mut Vec<usize>) -> Count {
+    let mut suppressed = Count { blocks: 0, bytes: 0 };
+    if gate.sup.is_empty() {
+        return suppressed;
+    }
+    let mut records: BTreeMap<(u32, Class), (u64, u64)> = BTreeMap::new();
+    for &i in every.iter() {
+        let b = &scan.ins.heap.blocks[i];
+        let r = records.entry((b.stack, scan.c.class[i])).or_default();
+        r.0 += 1;
+        r.1 += b.size;
+    }
+    let mut gone = std::collections::HashSet::new();
+    for ((stack, class), (n, bytes)) in records {
+        let owned = gate.stack(&mut scan.ins, stack);
+        if let Some(hit) = gate.sup.find(&owned.stack(), class) {
+            gate.sup.record(hit, n, bytes);
+            gone.insert((stack, class));
+            suppressed.blocks += n;
+            suppressed.bytes += bytes;
+        }
+    }
+    every.retain(|&i| !gone.contains(&(scan.ins.heap.blocks[i].stack, scan.c.class[i])));
+    suppressed
+}
+
+/// memcheck counts indirectly lost bytes in the record of the definitely lost block that holds
+/// them: the bytes by that block's stack.
+fn indirect_by_stack(scan: &Scan) -> HashMap<u32, u64> {
+    let mut indirect: HashMap<u32, u64> = HashMap::new();
+    for (i, h) in scan.c.head.iter().enumerate() {
+        if let Some(h) = *h {
+            let stack = scan.ins.heap.blocks[h].stack;
+            *indirect.entry(stack).or_default() += scan.ins.heap.blocks[i].size;
+        }
+    }
+    indirect
+}
+
+/// The suppressions used, in the order valgrind lists them.
+fn used(gate: &Gate) -> Vec<UsedJson> {
+    gate.sup
         .used()
         .into_iter()
         .map(|(hit, u)| {
@@ -292,253 +598,53 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
                 count: u.count,
                 blocks: u.blocks,
                 bytes: u.bytes,
+                text: gate.sup.used_line(hit, u),
             }
         })
-        .collect();
-    if xml {
-        // memcheck counts indirectly lost bytes in the record of the definitely lost block
-        // that holds them: by that block's stack.
-        let mut indirect: HashMap<u32, u64> = HashMap::new();
-        for (i, h) in scan.c.head.iter().enumerate() {
-            if let Some(h) = *h {
-                let stack = scan.ins.heap.blocks[h].stack;
-                *indirect.entry(stack).or_default() += scan.ins.heap.blocks[i].size;
-            }
-        }
-        let mut owned = Vec::new();
-        let mut recs: Vec<(Class, u64, u64, usize)> = Vec::new();
-        for (k, g) in listed.iter().enumerate() {
-            owned.push(gate.stack(&mut scan.ins, g.stack));
-            for (&c, (n, bytes)) in Class::ALL.iter().zip(per[k]) {
-                if n > 0 {
-                    recs.push((c, bytes, n, k));
-                }
-            }
-        }
-        let stacks: Vec<Stack> = owned.iter().map(|o| o.stack()).collect();
-        let records: Vec<Record> = recs
-            .iter()
-            .map(|&(class, bytes, blocks, k)| Record {
-                class,
-                bytes,
-                blocks,
-                indirect: match class {
-                    Class::DefinitelyLost => indirect.get(&listed[k].stack).copied().unwrap_or(0),
-                    _ => 0,
-                },
-                stack: &stacks[k],
-                alloc_ip: owned[k].alloc_ip,
-                suppression: args
-                    .gen_suppressions
-                    .then(|| generated[k].iter().find(|(c, _)| *c == class).map(|(_, g)| g))
-                    .flatten(),
-            })
-            .collect();
-        let mut preamble = vec![format!(
-            "dmem leaks of {}, in memcheck's format",
-            scan.ins.image.name
-        )];
-        preamble.extend(gate.warnings());
-        preamble.extend(scan.warnings(true));
-        let argv: Vec<String> = scan
-            .ins
-            .image
-            .exe
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect();
-        let run = Run {
-            pid: scan.ins.image.pid.unwrap_or(0) as u32,
-            ppid: 0,
-            argv: &argv,
-            preamble: &preamble,
-        };
-        let counts: Vec<(String, u64)> = used.iter().map(|u| (u.name.clone(), u.count)).collect();
-        return Ok(document(&run, &records, &counts));
-    }
-    if json {
-        #[derive(Serialize)]
-        struct Row {
-            rank: usize,
-            blocks: u64,
-            bytes: u64,
-            example: String,
-            #[serde(flatten)]
-            classes: BTreeMap<String, Count>,
-            stack: Vec<JsonFrame>,
-            /// With --gen-suppressions: valgrind's suppression of each class of the stack.
-            #[serde(skip_serializing_if = "Vec::is_empty")]
-            suppressions: Vec<String>,
-        }
-        #[derive(Serialize)]
-        struct Excluded {
-            start: String,
-            end: String,
-            what: String,
-        }
-        #[derive(Serialize)]
-        struct RootsJson {
-            ranges: usize,
-            bytes: u64,
-            registers: usize,
-            unreadable: Vec<String>,
-            excluded: Vec<Excluded>,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            show: Vec<&'static str>,
-            #[serde(flatten)]
-            classes: BTreeMap<String, Count>,
-            /// Of the still-reachable blocks, those a heuristic reached, by heuristic.
-            reachable_via_heuristic: BTreeMap<&'static str, Count>,
-            /// Blocks the suppressions took out of every class above, and each suppression used.
-            suppressed: Count,
-            suppressions_used: Vec<UsedJson>,
-            total: StacksTotal,
-            stacks: Vec<Row>,
-            roots: RootsJson,
-            notes: Vec<String>,
-            warnings: Vec<String>,
-            problems: Vec<ProblemJson>,
-        }
-        let stacks = listed
-            .iter()
-            .enumerate()
-            .map(|(k, g)| Row {
-                rank: k + 1,
-                blocks: g.blocks,
-                bytes: g.bytes,
-                example: hex(g.example),
-                classes: counts(per[k]),
-                stack: stack_json(&mut scan.ins, g.stack),
-                suppressions: generated
-                    .get(k)
-                    .filter(|_| args.gen_suppressions)
-                    .map(|v| v.iter().map(|(_, g)| g.text()).collect())
-                    .unwrap_or_default(),
-            })
-            .collect();
-        let ranges: Vec<_> = scan
-            .roots
-            .roots
-            .iter()
-            .filter(|r| !matches!(r.kind, Kind::Register(_)))
-            .collect();
-        let roots = RootsJson {
-            ranges: ranges.len(),
-            bytes: ranges.iter().map(|r| r.end - r.start).sum(),
-            registers: scan.roots.roots.len() - ranges.len(),
-            unreadable: scan
-                .c
-                .unread_roots
-                .iter()
-                .map(|&i| scan.roots.roots[i].what.clone())
-                .collect(),
-            excluded: scan
-                .roots
-                .excluded
-                .iter()
-                .map(|x| Excluded {
-                    start: hex(x.start),
-                    end: hex(x.end),
-                    what: x.what.clone(),
-                })
-                .collect(),
-        };
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "leaks",
-            show: shown.iter().map(|&c| c.word()).collect(),
-            classes: counts(totals),
-            reachable_via_heuristic: via
-                .iter()
-                .map(|&(h, blocks, bytes)| (h.name(), Count { blocks, bytes }))
-                .collect(),
-            suppressed: Count {
-                blocks: suppressed.0,
-                bytes: suppressed.1,
-            },
-            suppressions_used: used,
-            total: StacksTotal::of(&groups),
-            stacks,
-            roots,
-            notes: scan.roots.notes.clone(),
-            warnings: gate.warnings(),
-            problems: problems_json(&scan.ins.heap.problems()),
-        }));
-    }
-    let mut out = gate.warnings();
-    out.extend(scan.warnings(true));
-    for (k, g) in listed.iter().enumerate() {
-        let parts: Vec<String> = Class::ALL
-            .iter()
-            .zip(per[k])
-            .filter(|(_, (n, _))| *n > 0)
-            .map(|(c, (n, _))| format!("{n} {}", c.name()))
-            .collect();
-        out.push(format!(
-            "stack {}: {} bytes in {} ({}), e.g. {}, allocated at:",
-            k + 1,
-            g.bytes,
-            plural(g.blocks, "block"),
-            parts.join(", "),
-            hex(g.example)
-        ));
-        out.extend(stack_lines(&mut scan.ins, g.stack, "    "));
-        if args.gen_suppressions {
-            for (_, g) in &generated[k] {
-                out.extend(g.text().lines().map(str::to_owned));
-            }
-        }
-    }
-    out.extend(rest_line(&groups, listed.len()));
-    // valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
-    let total: Vec<String> = Class::ALL
-        .iter()
-        .zip(totals)
-        .map(|(c, (n, z))| format!("{}: {z} bytes in {}", c.name(), plural(n, "block")))
-        .collect();
-    let mut total = total.join("; ");
-    if gating {
-        total.push_str(&format!(
-            "; suppressed: {} bytes in {}",
-            suppressed.1,
-            plural(suppressed.0, "block")
-        ));
-    }
-    out.push(format!("total: {total}"));
-    if !via.is_empty() {
-        let parts: Vec<String> = via
-            .iter()
-            .map(|(h, n, z)| format!("{}: {z} bytes in {}", h.name(), plural(*n, "block")))
-            .collect();
-        out.push(format!(
-            "of which still reachable via heuristic: {}",
-            parts.join("; ")
-        ));
-    }
-    // valgrind -v's list of the suppressions used, when every class is listed.
-    if shown.len() == Class::ALL.len() {
-        for (hit, u) in gate.sup.used() {
-            out.push(gate.sup.used_line(hit, u));
-        }
-    }
-    Ok(lines(out))
+        .collect()
 }
 
-/// The still-reachable blocks of `sel` that a heuristic reached: (heuristic, blocks, bytes) for
-/// each heuristic that reached any, in valgrind's order.
-fn via_heuristic(scan: &Scan, sel: &[usize]) -> Vec<(Heuristic, u64, u64)> {
+fn roots_json(scan: &Scan) -> RootsJson {
+    let roots = &scan.roots;
+    let ranges: Vec<_> = roots
+        .roots
+        .iter()
+        .filter(|r| !matches!(r.kind, Kind::Register(_)))
+        .collect();
+    RootsJson {
+        ranges: ranges.len(),
+        bytes: ranges.iter().map(|r| r.end - r.start).sum(),
+        registers: roots.roots.len() - ranges.len(),
+        unreadable: scan
+            .c
+            .unread_roots
+            .iter()
+            .map(|&i| roots.roots[i].what.clone())
+            .collect(),
+        excluded: roots
+            .excluded
+            .iter()
+            .map(|x| Excluded {
+                start: hex(x.start),
+                end: hex(x.end),
+                what: x.what.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The still-reachable blocks of `sel` that a heuristic reached, by heuristic, for each
+/// heuristic that reached any, in valgrind's order.
+fn via_heuristic(scan: &Scan, sel: &[usize]) -> Vec<(Heuristic, Count)> {
     Heuristic::ALL
         .iter()
         .map(|&h| {
             let mine = sel.iter().filter(|&&i| scan.c.heuristic[i] == Some(h));
             let bytes = mine.clone().map(|&i| scan.ins.heap.blocks[i].size).sum();
-            (h, mine.count() as u64, bytes)
+            let blocks = mine.count() as u64;
+            (h, Count { blocks, bytes })
         })
-        .filter(|v| v.1 > 0)
+        .filter(|(_, n)| n.blocks > 0)
         .collect()
 }
 
