@@ -12,8 +12,6 @@ use crate::{failed, usage, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 
-pub use crate::commands::answer::{lines, FORMAT as JSON_FORMAT};
-
 /// The blocks (by index, in address order) of `sel` (default: all) that pass the filters. A
 /// regular expression is tried once per distinct stack.
 pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result<Vec<usize>> {
@@ -136,12 +134,6 @@ pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
         stack: ins.namer.json(&stack),
         start: b.addr,
     }
-}
-
-/// The lines of a stack, indented.
-pub fn stack_lines(ins: &mut Inspect, stack: u32, indent: &str) -> Vec<String> {
-    let pcs = ins.heap.stacks[stack as usize].to_vec();
-    ins.namer.lines(&pcs, indent)
 }
 
 pub fn stack_json(ins: &mut Inspect, stack: u32) -> Vec<JsonFrame> {

@@ -9,8 +9,8 @@ use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
 use crate::commands::answer::{self, render, Answer, Form};
 use crate::commands::blocks::{
-    self, block_json, groups, limited, lines, problems_json, rest_line, select, stack_json, stack_lines,
-    BlockJson, ProblemJson, StacksTotal, JSON_FORMAT,
+    self, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson, ProblemJson,
+    StacksTotal,
 };
 use crate::commands::inspect::{Inspect, Need};
 use crate::model::frames::JsonFrame;
@@ -18,7 +18,7 @@ use crate::model::heap::StackGroup;
 use crate::model::leaks::{Classified, Graph};
 use crate::model::names::Names;
 use crate::model::roots::{Kind, Loaded, Roots};
-use crate::model::text::{dump, hex, plural};
+use crate::model::text::{hex, plural};
 use crate::{usage, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -908,331 +908,398 @@ fn histogram(mut values: Vec<u64>, limit: usize) -> (Vec<(u64, u64)>, u64, usize
     (counts, total, distinct)
 }
 
+/// `words`: a histogram of the words (or of one field) of the blocks asked for, the values a
+/// pointer into a loaded object names by its symbol.
+#[derive(Serialize)]
+pub struct Words {
+    blocks: usize,
+    vtable: Option<String>,
+    offset: Option<u64>,
+    #[serde(rename = "type")]
+    field_type: String,
+    leaks: bool,
+    words: u64,
+    distinct: usize,
+    values: Vec<Value>,
+    /// What was counted, in words.
+    #[serde(skip)]
+    title: String,
+    /// The field's width in bytes.
+    #[serde(skip)]
+    width: u64,
+}
+
+/// One value of `words` and how often it was seen.
+#[derive(Serialize)]
+pub struct Value {
+    value: String,
+    count: u64,
+    symbol: Option<String>,
+    #[serde(skip)]
+    number: u64,
+}
+
+impl Answer for Words {
+    const COMMAND: &'static str = "words";
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = vec![
+            format!(
+                "histogram of {}: {} values, {} distinct",
+                self.title, self.words, self.distinct
+            ),
+            format!("{:>12}  value", "count"),
+        ];
+        let digits = 2 * self.width as usize;
+        for v in &self.values {
+            let (n, c) = (v.number, v.count);
+            let mut line = format!("{c:>12}  0x{n:0digits$x}");
+            match &v.symbol {
+                Some(s) => line.push_str(&format!("  {s}")),
+                None if n < 1 << 20 => line.push_str(&format!("  ({n})")),
+                None => {}
+            }
+            out.push(line);
+        }
+        if self.distinct > self.values.len() {
+            out.push(format!(
+                "... {} more distinct values; --limit 0 shows all",
+                self.distinct - self.values.len()
+            ));
+        }
+        out
+    }
+}
+
 pub fn words(args: cli::WordsArgs) -> Result<String> {
     if args.field_type.is_some() && args.offset.is_none() {
         return Err(usage("--type goes with --offset"));
     }
     let classes = classes_of(args.leaks, &args.show);
-    let what = describe(&classes);
     let mut pool = Pool::open(&args.image, &classes)?;
     let names = Names::new(&pool.objects());
+    let (pos, about) = of_vtable(&mut pool, &names, &classes, args.vtable.as_deref())?;
     let f = &args.filters;
-    let (pos, about) = match &args.vtable {
-        Some(v) => {
-            let blocks = pool.blocks(&classes);
-            let (by, _) = typed(pool.ins(), &names, &blocks);
-            let found = by
-                .get(v)
-                .or_else(|| names.vtables().type_of_symbol(v).and_then(|t| by.get(&t)));
-            let Some(found) = found else {
-                let seen: Vec<&str> = by.keys().take(8).map(String::as_str).collect();
-                return Err(usage(format!(
-                    "no {what} block has the vtable of '{v}'; types seen: {}",
-                    if seen.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        seen.join(", ")
-                    }
-                )));
-            };
-            (found.clone(), format!("{what} blocks of type {v}"))
-        }
-        None => (pool.blocks(&classes), format!("{what} blocks")),
-    };
     let sel = select(pool.ins(), f, Some(pos))?;
-    let nblocks = sel.len();
-    let limit = f.limit.unwrap_or(20) as usize;
-    let type_name = args.field_type.clone().unwrap_or_else(|| "u64".to_owned());
-    let width: u64 = match type_name.as_str() {
+    let field_type = args.field_type.clone().unwrap_or_else(|| "u64".to_owned());
+    let width: u64 = match field_type.as_str() {
         "u8" => 1,
         "u16" => 2,
         "u32" => 4,
         _ => 8,
     };
-    let ins = pool.ins();
     let (values, title) = match args.offset {
         Some(off) => {
-            let vals: Vec<u64> = sel.iter().filter_map(|&i| field(ins, i, off, width)).collect();
+            let vals: Vec<u64> = sel
+                .iter()
+                .filter_map(|&i| field(pool.ins(), i, off, width))
+                .collect();
             let n = vals.len();
-            (
-                vals,
-                format!("the {type_name} at offset {off} of {about} ({n} of {nblocks} big enough)"),
-            )
+            let title = format!(
+                "the {field_type} at offset {off} of {about} ({n} of {} big enough)",
+                sel.len()
+            );
+            (vals, title)
         }
         None => {
-            let mut vals = Vec::new();
-            for &i in &sel {
-                let b = ins.heap.blocks[i];
-                crate::model::leaks::scan_words(&*ins.image.mem, b.addr, b.addr + b.size, &mut |_, ws| {
-                    vals.extend(ws.iter().map(|&w| w as u64))
-                });
-            }
-            (
-                vals,
-                format!(
-                    "the 8-byte words of {about} ({})",
-                    plural(nblocks as u64, "block")
-                ),
-            )
+            let title = format!(
+                "the 8-byte words of {about} ({})",
+                plural(sel.len() as u64, "block")
+            );
+            (all_words(pool.ins(), &sel), title)
         }
     };
-    let (shown, total, distinct) = histogram(values, limit);
-    let named: Vec<Option<String>> = shown
-        .iter()
-        .map(|&(v, _)| if width == 8 && v != 0 { names.name(v) } else { None })
-        .collect();
-    if f.json {
-        #[derive(Serialize)]
-        struct Value {
-            value: String,
-            count: u64,
-            symbol: Option<String>,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            blocks: usize,
-            vtable: Option<String>,
-            offset: Option<u64>,
-            #[serde(rename = "type")]
-            field_type: String,
-            leaks: bool,
-            words: u64,
-            distinct: usize,
-            values: Vec<Value>,
-        }
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "words",
-            blocks: nblocks,
-            vtable: args.vtable.clone(),
-            offset: args.offset,
-            field_type: type_name,
-            leaks: classes.is_some(),
-            words: total,
-            distinct,
-            values: shown
-                .iter()
-                .zip(&named)
-                .map(|(&(v, c), n)| Value {
-                    value: hex(v),
-                    count: c,
-                    symbol: n.clone(),
-                })
-                .collect(),
-        }));
+    let (shown, words, distinct) = histogram(values, f.limit.unwrap_or(20) as usize);
+    let answer = Words {
+        blocks: sel.len(),
+        vtable: args.vtable.clone(),
+        offset: args.offset,
+        field_type,
+        leaks: classes.is_some(),
+        words,
+        distinct,
+        values: shown
+            .into_iter()
+            .map(|(v, count)| Value {
+                value: hex(v),
+                count,
+                symbol: if width == 8 && v != 0 { names.name(v) } else { None },
+                number: v,
+            })
+            .collect(),
+        title,
+        width,
+    };
+    Ok(render(&answer, f.json, || pool.warnings()))
+}
+
+/// The blocks of `classes` (all live ones for None), or only those of the type whose vtable is
+/// `vtable` (by type or symbol name); and how the title names them.
+fn of_vtable(
+    pool: &mut Pool,
+    names: &Names,
+    classes: &Option<Vec<Class>>,
+    vtable: Option<&str>,
+) -> Result<(Vec<usize>, String)> {
+    let what = describe(classes);
+    let Some(v) = vtable else {
+        return Ok((pool.blocks(classes), format!("{what} blocks")));
+    };
+    let blocks = pool.blocks(classes);
+    let (by, _) = typed(pool.ins(), names, &blocks);
+    let found = by
+        .get(v)
+        .or_else(|| names.vtables().type_of_symbol(v).and_then(|t| by.get(&t)));
+    let Some(found) = found else {
+        let seen: Vec<&str> = by.keys().take(8).map(String::as_str).collect();
+        return Err(usage(format!(
+            "no {what} block has the vtable of '{v}'; types seen: {}",
+            if seen.is_empty() {
+                "none".to_owned()
+            } else {
+                seen.join(", ")
+            }
+        )));
+    };
+    Ok((found.clone(), format!("{what} blocks of type {v}")))
+}
+
+/// Every 8-byte word of the blocks `sel`.
+fn all_words(ins: &Inspect, sel: &[usize]) -> Vec<u64> {
+    let mut vals = Vec::new();
+    for &i in sel {
+        let b = ins.heap.blocks[i];
+        crate::model::leaks::scan_words(&*ins.image.mem, b.addr, b.addr + b.size, &mut |_, ws| {
+            vals.extend(ws.iter().map(|&w| w as u64))
+        });
     }
-    let mut out = pool.warnings();
-    out.push(format!(
-        "histogram of {title}: {total} values, {distinct} distinct"
-    ));
-    out.push(format!("{:>12}  value", "count"));
-    let digits = 2 * width as usize;
-    for (&(v, c), n) in shown.iter().zip(&named) {
-        let mut line = format!("{c:>12}  0x{v:0digits$x}");
-        match n {
-            Some(n) => line.push_str(&format!("  {n}")),
-            None if v < 1 << 20 => line.push_str(&format!("  ({v})")),
-            None => {}
-        }
-        out.push(line);
-    }
-    if distinct > shown.len() {
-        out.push(format!(
-            "... {} more distinct values; --limit 0 shows all",
-            distinct - shown.len()
-        ));
-    }
-    Ok(lines(out))
+    vals
 }
 
 /// `dmem why` shows this many blocks at each end of a longer chain.
 const WHY_ENDS: usize = 4;
 
-pub fn why(args: cli::AddrArgs) -> Result<String> {
-    let (words, addr) = blocks::addr_words(&args)?;
-    let mut scan = Scan::open_words(&words, args.registers.as_deref(), args.heuristics)?;
-    let Some((k, _)) = scan.ins.heap.find(addr) else {
-        if args.json {
-            #[derive(Serialize)]
-            struct Doc {
-                format: u32,
-                command: &'static str,
-                addr: String,
-                block: Option<()>,
-            }
-            return Ok(dump(&Doc {
-                format: JSON_FORMAT,
-                command: "why",
-                addr: hex(addr),
-                block: None,
-            }));
-        }
-        let mut out = scan.warnings(true);
-        out.push(format!("{}: not inside any live block", hex(addr)));
-        return Ok(lines(out));
-    };
-    let class = scan.c.class[k];
-    let graph = Graph::build(&*scan.ins.image.mem, &scan.ins.heap, &scan.roots);
-    let (root, chain) = match class {
-        Class::StillReachable | Class::PossiblyLost => {
-            match graph.chain_from_root(k, &scan.c.class, class == Class::StillReachable) {
-                Some((r, rf, chain)) => (Some((r, rf)), chain),
-                None => (None, vec![k]),
-            }
-        }
-        _ => (None, graph.chain_from_leak(k, &scan.c.class)),
-    };
-    let hops: Vec<Option<(u64, u64)>> = chain
-        .windows(2)
-        .map(|w| graph.link(&scan.ins.heap, w[0], w[1]))
-        .collect();
-    let into = root
-        .map(|(_, rf)| rf.value - scan.ins.heap.blocks[chain[0]].addr)
-        .filter(|&d| d != 0);
-    let names = Names::new(&scan.objects);
-    if args.json {
-        #[derive(Serialize)]
-        struct RootJson {
-            kind: &'static str,
-            #[serde(rename = "where")]
-            place: String,
-            addr: Option<String>,
-            value: String,
-            start_pointer: bool,
-            into: Option<u64>,
-        }
-        #[derive(Serialize)]
-        struct Link {
-            #[serde(flatten)]
-            block: BlockJson,
-            via_offset: Option<u64>,
-            into: Option<u64>,
-        }
-        #[derive(Serialize)]
-        struct Doc {
-            format: u32,
-            command: &'static str,
-            addr: String,
-            class: String,
-            root: Option<RootJson>,
-            chain: Vec<Link>,
-        }
-        let root_json = root.map(|(r, rf)| RootJson {
-            kind: scan.roots.roots[r].kind_name(),
-            place: scan.roots.roots[r].what.clone(),
-            addr: rf.word.map(hex),
-            value: hex(rf.value),
-            start_pointer: rf.start,
-            into,
-        });
-        let mut links = Vec::new();
-        for (n, &p) in chain.iter().enumerate() {
-            let b = scan.ins.heap.blocks[p];
-            let hop = if n == 0 { None } else { hops[n - 1] };
-            links.push(Link {
-                block: block_json(&mut scan.ins, &b),
-                via_offset: hop.map(|h| h.0),
-                into: hop.map(|h| h.1),
-            });
-        }
-        return Ok(dump(&Doc {
-            format: JSON_FORMAT,
-            command: "why",
-            addr: hex(addr),
-            class: key(class),
-            root: root_json,
-            chain: links,
-        }));
-    }
-    let mut out = scan.warnings(true);
-    let heap = &scan.ins.heap;
-    let user = hex(heap.blocks[k].addr);
-    let block_line = |p: usize| {
-        let b = &heap.blocks[p];
-        format!("{} ({} bytes, thread {})", hex(b.addr), b.size, b.tid)
-    };
-    let n = plural(chain.len() as u64, "block");
-    match class {
-        Class::StillReachable => {
-            out.push(format!("{user} is still reachable: start pointers lead to it from a root through {n}:"))
-        }
-        Class::PossiblyLost => out.push(format!(
-            "{user} is possibly lost: only a chain through an interior pointer leads to it from a root, through {n}:"
-        )),
-        Class::DefinitelyLost => out.push(format!(
-            "{user} is definitely lost: no pointer from a root or from a block in use leads to it, and no other lost block holds it"
-        )),
-        Class::IndirectlyLost => out.push(format!(
-            "{user} is indirectly lost: only lost blocks point to it; a chain from the definitely lost block {}:",
-            hex(heap.blocks[chain[0]].addr)
-        )),
-    }
-    if let Some((r, rf)) = root {
-        let hit = into
-            .map(|d| format!(", {d} bytes into the first block"))
-            .unwrap_or_default();
-        let root = &scan.roots.roots[r];
-        match rf.word {
-            None => out.push(format!("  root: {} = {}{hit}", root.what, hex(rf.value))),
-            Some(w) => {
-                let name = names.name(w).map(|n| format!(" ({n})")).unwrap_or_default();
-                out.push(format!(
-                    "  root: the word at {}{name}, in the {}{hit}",
-                    hex(w),
-                    root.what
-                ));
+/// `why`: the class of the block an address is in, and the chain of blocks that decides it.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Why {
+    Found(Chain),
+    NotLive(NoBlock),
+}
+
+/// An address inside no live block.
+#[derive(Serialize)]
+pub struct NoBlock {
+    addr: String,
+    block: Option<()>,
+}
+
+/// The block's class and its chain: from a root for a still reachable or possibly lost block
+/// (the block alone when none was found), from the definitely lost block that holds it for an
+/// indirectly lost one, the block itself for a definitely lost one.
+#[derive(Serialize)]
+pub struct Chain {
+    addr: String,
+    class: String,
+    root: Option<RootJson>,
+    chain: Vec<Link>,
+    #[serde(skip)]
+    of: Class,
+    /// The block's address.
+    #[serde(skip)]
+    block: u64,
+}
+
+#[derive(Serialize)]
+pub struct RootJson {
+    kind: &'static str,
+    #[serde(rename = "where")]
+    place: String,
+    addr: Option<String>,
+    value: String,
+    start_pointer: bool,
+    into: Option<u64>,
+    /// The symbol of the word's address, if any.
+    #[serde(skip)]
+    symbol: Option<String>,
+}
+
+/// A block of the chain, and where the block before it points to it.
+#[derive(Serialize)]
+pub struct Link {
+    #[serde(flatten)]
+    block: BlockJson,
+    via_offset: Option<u64>,
+    into: Option<u64>,
+    #[serde(skip)]
+    stack: u32,
+}
+
+impl Answer for Why {
+    const COMMAND: &'static str = "why";
+
+    fn lines(&self) -> Vec<String> {
+        match self {
+            Why::NotLive(w) => vec![format!("{}: not inside any live block", w.addr)],
+            Why::Found(c) => {
+                let mut out = vec![c.head()];
+                out.extend(c.root.as_ref().map(RootJson::line));
+                if c.of == Class::DefinitelyLost {
+                    // Its chain is the block alone.
+                    let b = &c.chain[0].block;
+                    out.push(format!("  {}, allocated at:", block_line(b)));
+                    out.extend(answer::stack_lines(&b.stack, "       "));
+                } else {
+                    out.extend(c.chain_lines());
+                }
+                out
             }
         }
     }
-    if class == Class::DefinitelyLost {
-        let line = block_line(k);
-        out.push(format!("  {line}, allocated at:"));
-        let stack = heap.blocks[k].stack;
-        out.extend(stack_lines(&mut scan.ins, stack, "       "));
-        return Ok(lines(out));
-    }
-    // A long chain (a linked list) shows its ends; --json gives all of it.
-    let keep = if chain.len() > 2 * WHY_ENDS + 1 {
-        WHY_ENDS
-    } else {
-        chain.len()
-    };
-    let mut last: Option<u32> = None;
-    for (n, &p) in chain.iter().enumerate() {
-        if keep <= n && n < chain.len() - keep {
-            if n == keep {
-                out.push(format!(
-                    "  ... {} more blocks on the way ...",
-                    chain.len() - 2 * keep
-                ));
+}
+
+/// `0x... (N bytes, thread T)`.
+fn block_line(b: &BlockJson) -> String {
+    format!("{} ({} bytes, thread {})", b.addr, b.size, b.tid)
+}
+
+impl Chain {
+    /// The line saying what the class means for this block.
+    fn head(&self) -> String {
+        let user = hex(self.block);
+        let n = plural(self.chain.len() as u64, "block");
+        match self.of {
+            Class::StillReachable => {
+                format!("{user} is still reachable: start pointers lead to it from a root through {n}:")
             }
-            continue;
+            Class::PossiblyLost => format!(
+                "{user} is possibly lost: only a chain through an interior pointer leads to it from a root, through {n}:"
+            ),
+            Class::DefinitelyLost => format!(
+                "{user} is definitely lost: no pointer from a root or from a block in use leads to it, and no other lost block holds it"
+            ),
+            Class::IndirectlyLost => format!(
+                "{user} is indirectly lost: only lost blocks point to it; a chain from the definitely lost block {}:",
+                self.chain[0].block.addr
+            ),
         }
-        let mut via = String::new();
-        if n > 0 {
-            if let Some((off, inside)) = hops[n - 1] {
+    }
+
+    /// The blocks of the chain, a long one (a linked list) by its ends; --json gives all of it.
+    fn chain_lines(&self) -> Vec<String> {
+        let len = self.chain.len();
+        let keep = if len > 2 * WHY_ENDS + 1 { WHY_ENDS } else { len };
+        let mut out = Vec::new();
+        let mut last: Option<u32> = None;
+        for (n, link) in self.chain.iter().enumerate() {
+            if keep <= n && n < len - keep {
+                if n == keep {
+                    out.push(format!("  ... {} more blocks on the way ...", len - 2 * keep));
+                }
+                continue;
+            }
+            let mut via = String::new();
+            if let (Some(off), Some(inside)) = (link.via_offset, link.into) {
                 via = format!(" at offset {off} of the block above");
                 if inside > 0 {
                     via.push_str(&format!(", {inside} bytes into this one"));
                 }
             }
+            let line = block_line(&link.block);
+            if last == Some(link.stack) {
+                out.push(format!("  -> {line}{via}, allocated at the same stack"));
+                continue;
+            }
+            out.push(format!("  -> {line}{via}, allocated at:"));
+            out.extend(answer::stack_lines(&link.block.stack, "       "));
+            last = Some(link.stack);
         }
-        let line = {
-            let b = &scan.ins.heap.blocks[p];
-            format!("{} ({} bytes, thread {})", hex(b.addr), b.size, b.tid)
-        };
-        let stack = scan.ins.heap.blocks[p].stack;
-        if last == Some(stack) {
-            out.push(format!("  -> {line}{via}, allocated at the same stack"));
-            continue;
-        }
-        out.push(format!("  -> {line}{via}, allocated at:"));
-        out.extend(stack_lines(&mut scan.ins, stack, "       "));
-        last = Some(stack);
+        out
     }
-    Ok(lines(out))
+}
+
+impl RootJson {
+    fn line(&self) -> String {
+        let hit = self
+            .into
+            .map(|d| format!(", {d} bytes into the first block"))
+            .unwrap_or_default();
+        match &self.addr {
+            None => format!("  root: {} = {}{hit}", self.place, self.value),
+            Some(w) => {
+                let name = self
+                    .symbol
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default();
+                format!("  root: the word at {w}{name}, in the {}{hit}", self.place)
+            }
+        }
+    }
+}
+
+pub fn why(args: cli::AddrArgs) -> Result<String> {
+    let (words, addr) = blocks::addr_words(&args)?;
+    let mut scan = Scan::open_words(&words, args.registers.as_deref(), args.heuristics)?;
+    let answer = match scan.ins.heap.find(addr) {
+        None => Why::NotLive(NoBlock {
+            addr: hex(addr),
+            block: None,
+        }),
+        Some((k, _)) => Why::Found(Chain::of(&mut scan, addr, k)),
+    };
+    Ok(render(&answer, args.json, || scan.warnings(true)))
+}
+
+impl Chain {
+    /// The chain that decides the class of block `k`, which `addr` is in.
+    fn of(scan: &mut Scan, addr: u64, k: usize) -> Chain {
+        let class = scan.c.class[k];
+        let graph = Graph::build(&*scan.ins.image.mem, &scan.ins.heap, &scan.roots);
+        let (root, chain) = match class {
+            Class::StillReachable | Class::PossiblyLost => {
+                match graph.chain_from_root(k, &scan.c.class, class == Class::StillReachable) {
+                    Some((r, rf, chain)) => (Some((r, rf)), chain),
+                    None => (None, vec![k]),
+                }
+            }
+            _ => (None, graph.chain_from_leak(k, &scan.c.class)),
+        };
+        let mut links = Vec::new();
+        for (n, &p) in chain.iter().enumerate() {
+            let b = scan.ins.heap.blocks[p];
+            let hop = if n == 0 {
+                None
+            } else {
+                graph.link(&scan.ins.heap, chain[n - 1], p)
+            };
+            links.push(Link {
+                block: block_json(&mut scan.ins, &b),
+                via_offset: hop.map(|h| h.0),
+                into: hop.map(|h| h.1),
+                stack: b.stack,
+            });
+        }
+        let first = scan.ins.heap.blocks[chain[0]].addr;
+        let names = Names::new(&scan.objects);
+        let root = root.map(|(r, rf)| RootJson {
+            kind: scan.roots.roots[r].kind_name(),
+            place: scan.roots.roots[r].what.clone(),
+            addr: rf.word.map(hex),
+            value: hex(rf.value),
+            start_pointer: rf.start,
+            into: Some(rf.value - first).filter(|&d| d != 0),
+            symbol: rf.word.and_then(|w| names.name(w)),
+        });
+        Chain {
+            addr: hex(addr),
+            class: key(class),
+            root,
+            chain: links,
+            of: class,
+            block: scan.ins.heap.blocks[k].addr,
+        }
+    }
 }
 
 pub fn folded(args: cli::FoldedArgs) -> Result<String> {
