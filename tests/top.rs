@@ -320,14 +320,13 @@ fn top_classifies_growth_and_never_stops_the_process() {
             ]
         );
         for f in s["frames"].as_array().unwrap() {
-            // An inlined function's frame says so; the others carry no such key.
-            let want: &[&str] = if f.get("inlined").is_some() {
-                assert_eq!(f["inlined"], Value::Bool(true), "{f}");
-                &["file", "function", "inlined", "line", "object", "pc"]
-            } else {
-                &["file", "function", "line", "object", "pc"]
-            };
-            assert_eq!(keys(f), want);
+            // Every frame in the one shape of all commands, its line of text included.
+            assert_eq!(
+                keys(f),
+                ["file", "function", "inlined", "line", "object", "offset", "pc", "text"]
+            );
+            assert!(f["inlined"].is_boolean(), "{f}");
+            assert!(!f["text"].as_str().unwrap().is_empty(), "{f}");
             assert!(f["pc"].as_str().unwrap().starts_with("0x"));
         }
     }

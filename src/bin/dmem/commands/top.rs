@@ -6,10 +6,10 @@
 //! its identity (and its series of samples) from one sample to the next.
 
 use crate::cli::TopArgs;
-use crate::model::frames::{self, Namer};
+use crate::model::frames::{self, JsonFrame, Namer};
 use crate::model::growth::{self, Class};
 use crate::model::heap;
-use crate::model::snapjson::{self, JsonFrame, Sample, SampleStack, TemporaryStack};
+use crate::model::snapjson::{self, Sample, SampleStack, TemporaryStack};
 use crate::model::symbolize::{Frame, Symbolizer};
 use crate::model::text::{bytes_text, clock, plural, signed, sparkline, thousands};
 use crate::source::heapwalk::{self, WalkOptions};
@@ -369,17 +369,7 @@ impl Watch {
     }
 
     fn json_frames(&mut self, pcs: &[u64]) -> Vec<JsonFrame> {
-        self.frames(pcs)
-            .into_iter()
-            .map(|f| JsonFrame {
-                pc: format!("{:#x}", f.pc),
-                function: f.function,
-                file: f.file,
-                line: f.line,
-                object: f.object.as_deref().map(|p| p.to_string_lossy().into_owned()),
-                inlined: f.inlined,
-            })
-            .collect()
+        self.frames(pcs).iter().map(frames::json).collect()
     }
 
     fn json_temporary(&mut self, t: &Temporary) -> Vec<TemporaryStack> {

@@ -2,23 +2,29 @@
 //! writes too), escaped, and as JSON; a stack's lines, and its folded form.
 
 use crate::model::symbolize::{Frame, Symbolizer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A frame as one line of text (`Frame::text`); names read from an image are shown escaped.
 pub fn text(f: &Frame) -> String {
     crate::cli::escaped(f.text().as_bytes())
 }
 
-/// A frame as JSON: every part, `null` where unknown, and the text line.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+/// A frame as every JSON document of dmem writes it (the analysis commands, snapshots, `top`,
+/// `diff`, the timeline): every part, `null` where unknown, and the text line. Snapshots written
+/// before the one shape lack `offset` and `text` and carry `inlined` only when true, so reading
+/// takes those as absent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct JsonFrame {
     pub pc: String,
     pub function: Option<String>,
+    #[serde(default)]
     pub offset: Option<u64>,
     pub file: Option<String>,
     pub line: Option<u32>,
     pub object: Option<String>,
+    #[serde(default)]
     pub inlined: bool,
+    #[serde(default)]
     pub text: String,
 }
 

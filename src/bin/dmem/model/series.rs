@@ -8,7 +8,8 @@
 //! program with many short-lived stacks then costs what the stacks held, not stacks times
 //! snapshots.
 
-use crate::model::snapjson::{self, JsonFrame};
+use crate::model::frames::JsonFrame;
+use crate::model::snapjson;
 use crate::model::snapshot::{self, Snapshot, Stack};
 use serde::Serialize;
 use std::collections::HashMap;

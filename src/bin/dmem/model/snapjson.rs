@@ -2,9 +2,11 @@
 //! for `dmem diff`), a sample of `dmem top --json` and a diff (`dmem diff --json`). A snapshot
 //! carries the threads of each stack and the objects (path, build id, where mapped) so that
 //! nothing of it is lost. An address inside inlined code gives one frame per function, all
-//! with its `pc`, the inlined ones first and marked `"inlined": true`.
+//! with its `pc`, the inlined ones first and marked `"inlined": true`; frames are
+//! `model::frames::JsonFrame`, as every command writes them.
 
-use crate::model::snapshot::{Allocated, Frame, Line, Object, Snapshot, Stack};
+use crate::model::frames::{self, JsonFrame};
+use crate::model::snapshot::{self as snapshot_model, Allocated, Frame, Line, Object, Snapshot, Stack};
 use serde::{Deserialize, Serialize};
 
 /// One sample of the heap as JSON, the one shape of `dmem top --json` (one per line), `dmem
@@ -124,17 +126,6 @@ pub struct JsonObject {
     file_offset: String,
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct JsonFrame {
-    pub pc: String,
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub object: Option<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub inlined: bool,
-}
-
 fn hex(v: u64) -> String {
     format!("{v:#x}")
 }
@@ -144,40 +135,12 @@ fn unhex(s: &str) -> Result<u64, String> {
     u64::from_str_radix(digits, 16).map_err(|_| format!("'{s}' is not a hexadecimal address"))
 }
 
-fn some(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_owned())
-}
-
 /// A stack's frames as `dmem top --json` lists them.
-pub fn frames(objects: &[Object], frames: &[Frame]) -> Vec<JsonFrame> {
-    let mut out = Vec::with_capacity(frames.len());
-    for f in frames {
-        let pc = hex(f.pc);
-        let object = f.object.and_then(|i| objects.get(i)).map(|o| o.path.clone());
-        if f.lines.is_empty() {
-            out.push(JsonFrame {
-                pc,
-                function: None,
-                file: None,
-                line: None,
-                object,
-                inlined: false,
-            });
-            continue;
-        }
-        let last = f.lines.len() - 1;
-        for (i, l) in f.lines.iter().enumerate() {
-            out.push(JsonFrame {
-                pc: pc.clone(),
-                function: some(&l.function),
-                file: some(&l.file),
-                line: (l.line != 0).then_some(l.line),
-                object: object.clone(),
-                inlined: i < last,
-            });
-        }
-    }
-    out
+pub fn frames(objects: &[Object], stack: &[Frame]) -> Vec<JsonFrame> {
+    snapshot_model::symbolic(objects, stack)
+        .iter()
+        .map(frames::json)
+        .collect()
 }
 
 pub fn write(snap: &Snapshot, mut out: impl std::io::Write) -> std::io::Result<()> {
@@ -319,6 +282,23 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_of_the_shape_before_text_and_offset_reads() {
+        // Frames as snapshots were written before every command wrote them alike: no offset,
+        // no text, `inlined` only when true.
+        let old = br#"{"time":1700000000.123,"source":"pid 42","live_bytes":64,"live_blocks":2,
+            "read_ms":1.5,"inconsistent_lists":0,"stacks":[{"bytes":64,"blocks":2,"tids":[7],
+            "frames":[{"pc":"0x1010","function":"inlined","file":"a.h","line":3,"object":null,
+            "inlined":true},{"pc":"0x1010","function":"main","file":"main.c","line":15,
+            "object":null},{"pc":"0x2020","function":null,"file":null,"line":null,"object":null}]}]}"#;
+        let snap = read(old).unwrap();
+        let frames = &snap.stacks[0].frames;
+        assert_eq!(frames.len(), 2);
+        let names: Vec<&str> = frames[0].lines.iter().map(|l| l.function.as_str()).collect();
+        assert_eq!((frames[0].pc, names), (0x1010, vec!["inlined", "main"]));
+        assert_eq!((frames[1].pc, frames[1].lines.len()), (0x2020, 0));
+    }
+
+    #[test]
     fn inlined_frames_are_listed_as_dmem_top_lists_them() {
         let snap = crate::model::snapshot::tests::sample();
         let f = frames(&snap.objects, &snap.stacks[0].frames);
@@ -329,7 +309,8 @@ mod tests {
             (v[1]["function"].as_str(), v[1]["line"].as_u64()),
             (Some("main"), Some(15))
         );
-        assert!(v[1].get("inlined").is_none());
+        assert_eq!(v[1]["inlined"], false);
+        assert_eq!(v[1]["text"], "main (a.c:15) in prog");
         assert_eq!(
             (v[2]["pc"].as_str(), &v[2]["function"]),
             (Some("0x7010"), &serde_json::Value::Null)

@@ -326,6 +326,15 @@ fn lines_of(frames: &[symbolize::Frame]) -> Vec<Line> {
 /// A stack's frames for people, one line each, as `dmem top` prints them: inlined functions get
 /// a line of their own.
 pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
+    symbolic(objects, frames)
+        .iter()
+        .map(crate::model::frames::text)
+        .collect()
+}
+
+/// A stack's frames as the symboliser gives them, which every writer of frames takes: one per
+/// function, the inlined ones first, each with its address and object.
+pub fn symbolic(objects: &[Object], frames: &[Frame]) -> Vec<symbolize::Frame> {
     let mut out = Vec::new();
     for f in frames {
         let object: Option<std::rc::Rc<Path>> = f
@@ -334,18 +343,18 @@ pub fn describe_frames(objects: &[Object], frames: &[Frame]) -> Vec<String> {
             .map(|o| std::rc::Rc::from(Path::new(&o.path)));
         let bare = symbolize::Frame::bare(f.pc, object);
         if f.lines.is_empty() {
-            out.push(crate::model::frames::text(&bare));
+            out.push(bare);
             continue;
         }
         let last = f.lines.len() - 1;
         for (i, l) in f.lines.iter().enumerate() {
-            out.push(crate::model::frames::text(&symbolize::Frame {
+            out.push(symbolize::Frame {
                 function: Some(l.function.clone()).filter(|f| !f.is_empty()),
                 file: Some(l.file.clone()).filter(|f| !f.is_empty()),
                 line: (l.line != 0).then_some(l.line),
                 inlined: i < last,
                 ..bare.clone()
-            }));
+            });
         }
     }
     out
