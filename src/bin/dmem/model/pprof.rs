@@ -182,6 +182,8 @@ pub const TEMPORARY: &str = "temporary_objects";
 /// sample types, `alloc_objects`, `alloc_space`, `inuse_objects` and `inuse_space`, and then
 /// `temporary_objects`; otherwise only the two `inuse` ones.
 pub fn to_profile(snap: &Snapshot) -> Profile {
+    // The order strings are first asked for is the order of the string table: the sample types'
+    // first, then the mappings', the functions', the comments', as dmem has always written them.
     let mut strings = Strings::new();
     let counted = snap.counted();
     let objects = strings.get("inuse_objects");
@@ -189,103 +191,18 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
     let space = strings.get("inuse_space");
     let bytes = strings.get("bytes");
     let thread = strings.get(THREAD_LABEL);
-
-    // Objects some frame lies in become mappings; pprof wants the main program first, which
-    // the snapshot's object list already puts there.
-    let mut used = vec![false; snap.objects.len()];
-    let mut symbolised = vec![(false, false, false); snap.objects.len()];
-    for f in snap.stacks.iter().flat_map(|s| &s.frames) {
-        if let Some(i) = f.object.filter(|&i| i < used.len()) {
-            used[i] = true;
-            let s = &mut symbolised[i];
-            s.0 |= f.function().is_some();
-            s.1 |= f.lines.iter().any(|l| !l.file.is_empty());
-            s.2 |= f.lines.iter().any(|l| l.line != 0);
-        }
-    }
-    let mut mapping = Vec::new();
-    let mut mapping_id = vec![0u64; snap.objects.len()];
-    for (i, o) in snap.objects.iter().enumerate() {
-        if !used[i] {
-            continue;
-        }
-        mapping_id[i] = mapping.len() as u64 + 1;
-        let (has_functions, has_filenames, has_line_numbers) = symbolised[i];
-        mapping.push(Mapping {
-            id: mapping_id[i],
-            memory_start: o.start,
-            memory_limit: o.end,
-            file_offset: o.file_offset,
-            filename: strings.get(&o.path),
-            build_id: strings.get(&o.build_id),
-            has_functions,
-            has_filenames,
-            has_line_numbers,
-            has_inline_frames: has_functions,
-        });
-    }
-
-    let mut function = Vec::new();
-    let mut function_ids: HashMap<(&str, &str), u64> = HashMap::new();
-    let mut location = Vec::new();
-    let mut location_ids: HashMap<(u64, u64, &[Line]), u64> = HashMap::new();
-    let mut sample = Vec::with_capacity(snap.stacks.len());
-    for s in &snap.stacks {
-        let mut ids = Vec::with_capacity(s.frames.len());
-        for f in &s.frames {
-            let map = f.object.and_then(|i| mapping_id.get(i).copied()).unwrap_or(0);
-            let key = (map, f.pc, f.lines.as_slice());
-            let id = match location_ids.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let mut line = Vec::with_capacity(f.lines.len());
-                    for l in &f.lines {
-                        let fkey = (l.function.as_str(), l.file.as_str());
-                        let function_id = match function_ids.get(&fkey) {
-                            Some(&id) => id,
-                            None => {
-                                let id = function.len() as u64 + 1;
-                                let name = strings.get(&l.function);
-                                function.push(Function {
-                                    id,
-                                    name,
-                                    system_name: name,
-                                    filename: strings.get(&l.file),
-                                    start_line: 0,
-                                });
-                                function_ids.insert(fkey, id);
-                                id
-                            }
-                        };
-                        line.push(ProtoLine {
-                            function_id,
-                            line: l.line as i64,
-                        });
-                    }
-                    let id = location.len() as u64 + 1;
-                    location.push(Location {
-                        id,
-                        mapping_id: map,
-                        address: f.pc,
-                        line,
-                        is_folded: false,
-                    });
-                    location_ids.insert(key, id);
-                    id
-                }
-            };
-            ids.push(id);
-        }
-        let value = match (counted, s.allocated) {
-            (true, a) => {
-                let a = a.unwrap_or_default();
-                vec![a.blocks, a.bytes, s.blocks, s.bytes, a.temporary]
-            }
-            (false, _) => vec![s.blocks, s.bytes],
-        };
-        sample.push(Sample {
-            location_id: ids,
-            value,
+    let (mapping, mapping_id) = mappings(snap, &mut strings);
+    let mut places = Places::new(mapping_id);
+    let sample = snap
+        .stacks
+        .iter()
+        .map(|s| Sample {
+            location_id: s
+                .frames
+                .iter()
+                .map(|f| places.location(f, &mut strings))
+                .collect(),
+            value: values(s, counted),
             label: s
                 .tids
                 .iter()
@@ -295,20 +212,9 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
                     ..Label::default()
                 })
                 .collect(),
-        });
-    }
-
-    let mut comment = vec![strings.get(&format!("dmem: live heap of {}", snap.source))];
-    if let Some(note) = snap.inconsistency() {
-        comment.push(strings.get(&format!("dmem: {note}")));
-    }
-    let u = snap.unattributed;
-    if counted && u.blocks != 0 {
-        comment.push(strings.get(&format!(
-            "dmem: {} allocations ({} bytes, {} temporary) could not be told by stack",
-            u.blocks, u.bytes, u.temporary
-        )));
-    }
+        })
+        .collect();
+    let comment = comments(snap, counted, &mut strings);
     let vt = |r#type, unit| ValueType { r#type, unit };
     let sample_type = if counted {
         vec![
@@ -325,20 +231,149 @@ pub fn to_profile(snap: &Snapshot) -> Profile {
         sample_type,
         sample,
         mapping,
-        location,
-        function,
+        location: places.location,
+        function: places.function,
         string_table: strings.table,
         time_nanos: snap.time_nanos,
         // Every block is counted: no sampling, so one event per byte.
-        period_type: Some(ValueType {
-            r#type: space,
-            unit: bytes,
-        }),
+        period_type: Some(vt(space, bytes)),
         period: 1,
         comment,
         default_sample_type: space,
         ..Profile::default()
     }
+}
+
+/// The objects some frame lies in, as mappings (pprof wants the main program first, which the
+/// snapshot's object list already puts there); and each object's mapping id, 0 for none.
+fn mappings(snap: &Snapshot, strings: &mut Strings) -> (Vec<Mapping>, Vec<u64>) {
+    // Per object: used, and whether any of its frames has a function, a file, a line.
+    let mut seen: Vec<Option<(bool, bool, bool)>> = vec![None; snap.objects.len()];
+    for f in snap.stacks.iter().flat_map(|s| &s.frames) {
+        if let Some(s) = f.object.and_then(|i| seen.get_mut(i)) {
+            let s = s.get_or_insert((false, false, false));
+            s.0 |= f.function().is_some();
+            s.1 |= f.lines.iter().any(|l| !l.file.is_empty());
+            s.2 |= f.lines.iter().any(|l| l.line != 0);
+        }
+    }
+    let mut mapping = Vec::new();
+    let mut mapping_id = vec![0u64; snap.objects.len()];
+    for (i, o) in snap.objects.iter().enumerate() {
+        let Some((has_functions, has_filenames, has_line_numbers)) = seen[i] else {
+            continue;
+        };
+        mapping_id[i] = mapping.len() as u64 + 1;
+        mapping.push(Mapping {
+            id: mapping_id[i],
+            memory_start: o.start,
+            memory_limit: o.end,
+            file_offset: o.file_offset,
+            filename: strings.get(&o.path),
+            build_id: strings.get(&o.build_id),
+            has_functions,
+            has_filenames,
+            has_line_numbers,
+            has_inline_frames: has_functions,
+        });
+    }
+    (mapping, mapping_id)
+}
+
+/// The locations and functions of a profile, each written once, numbered from 1.
+struct Places<'a> {
+    mapping_id: Vec<u64>,
+    location: Vec<Location>,
+    location_ids: HashMap<(u64, u64, &'a [Line]), u64>,
+    function: Vec<Function>,
+    function_ids: HashMap<(&'a str, &'a str), u64>,
+}
+
+impl<'a> Places<'a> {
+    fn new(mapping_id: Vec<u64>) -> Places<'a> {
+        Places {
+            mapping_id,
+            location: Vec::new(),
+            location_ids: HashMap::new(),
+            function: Vec::new(),
+            function_ids: HashMap::new(),
+        }
+    }
+
+    /// The id of the location of frame `f`.
+    fn location(&mut self, f: &'a Frame, strings: &mut Strings) -> u64 {
+        let map = f
+            .object
+            .and_then(|i| self.mapping_id.get(i).copied())
+            .unwrap_or(0);
+        let key = (map, f.pc, f.lines.as_slice());
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let line = f
+            .lines
+            .iter()
+            .map(|l| ProtoLine {
+                function_id: self.function(l, strings),
+                line: l.line as i64,
+            })
+            .collect();
+        let id = self.location.len() as u64 + 1;
+        self.location.push(Location {
+            id,
+            mapping_id: map,
+            address: f.pc,
+            line,
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    /// The id of the function of line `l`.
+    fn function(&mut self, l: &'a Line, strings: &mut Strings) -> u64 {
+        let key = (l.function.as_str(), l.file.as_str());
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.function.len() as u64 + 1;
+        let name = strings.get(&l.function);
+        self.function.push(Function {
+            id,
+            name,
+            system_name: name,
+            filename: strings.get(&l.file),
+            start_line: 0,
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+}
+
+/// A stack's values, in the order of the sample types.
+fn values(s: &Stack, counted: bool) -> Vec<i64> {
+    if counted {
+        let a = s.allocated.unwrap_or_default();
+        vec![a.blocks, a.bytes, s.blocks, s.bytes, a.temporary]
+    } else {
+        vec![s.blocks, s.bytes]
+    }
+}
+
+/// What the profile says of itself: whose heap it is, and what it could not tell.
+fn comments(snap: &Snapshot, counted: bool, strings: &mut Strings) -> Vec<i64> {
+    let mut comment = vec![strings.get(&format!("dmem: live heap of {}", snap.source))];
+    if let Some(note) = snap.inconsistency() {
+        comment.push(strings.get(&format!("dmem: {note}")));
+    }
+    let u = snap.unattributed;
+    if counted && u.blocks != 0 {
+        comment.push(strings.get(&format!(
+            "dmem: {} allocations ({} bytes, {} temporary) could not be told by stack",
+            u.blocks, u.bytes, u.temporary
+        )));
+    }
+    comment
 }
 
 /// The snapshot as a gzipped profile, as pprof writes them to disk.
