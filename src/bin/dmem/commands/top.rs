@@ -8,18 +8,18 @@
 use crate::cli::TopArgs;
 use crate::model::frames::{self, JsonFrame, Namer};
 use crate::model::growth::{self, Class};
-use crate::model::heap;
+use crate::model::heap::{self, StackGroup};
 use crate::model::snapjson::{self, Sample, SampleStack, TemporaryStack};
 use crate::model::symbolize::{Frame, Symbolizer};
 use crate::model::text::{bytes_text, clock, plural, signed, sparkline, thousands};
-use crate::source::heapwalk::{self, WalkOptions};
+use crate::source::heapwalk::{self, Walk, WalkOptions};
 use crate::source::history::{self, Kind};
 use crate::source::live::{self, LiveProcess};
 use crate::source::mappings::Mappings;
 use crate::source::stack_counts::{self, StackCounts};
 use crate::sys::{self, INTERRUPTED};
 use crate::Result;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +42,10 @@ struct Watch {
     events_seen: Option<(u64, u64)>,
     /// The library's per-stack counts at the last sample (`count-allocs`), and when.
     counted: Option<(f64, StackCounts)>,
+    /// When the first sample was begun.
+    started: Instant,
+    /// The problems of the lists said so far.
+    said: HashSet<String>,
 }
 
 /// Allocations between two samples: counted exactly by the library (`count-allocs`), or else
@@ -177,6 +181,14 @@ struct Row {
     class: Class,
 }
 
+/// How one round of `top` ended.
+enum Round {
+    Shown,
+    /// The reader of the output went away (`| head`).
+    ReaderGone,
+    ProcessGone,
+}
+
 pub fn main(args: TopArgs) -> Result<i32> {
     let target = live::open(args.pid)?;
     sys::catch_interrupt();
@@ -186,33 +198,122 @@ pub fn main(args: TopArgs) -> Result<i32> {
         sym: Symbolizer::new(target.maps.clone()),
         events_seen: None,
         counted: None,
+        started: Instant::now(),
+        said: HashSet::new(),
     };
     let interval = Duration::from_secs_f64(args.interval);
-    let started = Instant::now();
-    let mut ended = false;
-    let mut said = std::collections::HashSet::new();
-    let out = std::io::stdout();
-    loop {
-        let when = SystemTime::now();
+    let ended = loop {
         let t0 = Instant::now();
-        let walk = match heapwalk::walk(&target.mem, &target.layout, WalkOptions::default()) {
-            Ok(w) => w,
-            Err(heapwalk::Denied(e)) => {
-                // ESRCH: the process is exiting and its memory is gone, though /proc may not
-                // show it as a zombie yet.
-                if e.raw_os_error() == Some(libc::ESRCH) || !live::alive(target.pid) {
-                    ended = true;
-                    break;
-                }
-                return Err(live::refused(target.pid, &e));
-            }
+        match watch.round(&target, &args, t0)? {
+            Round::ReaderGone => return Ok(0),
+            Round::ProcessGone => break true,
+            Round::Shown => {}
+        }
+        if args.count.is_some_and(|c| watch.times.len() as u64 >= c) {
+            break false;
+        }
+        let next = t0 + interval;
+        while Instant::now() < next && !INTERRUPTED.load(Ordering::SeqCst) {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break false;
+        }
+        if !live::alive(target.pid) {
+            break true;
+        }
+    };
+    if ended {
+        eprintln!("dmem top: process {} ({}) ended", target.pid, target.name);
+    }
+    if INTERRUPTED.load(Ordering::SeqCst) || ended {
+        watch.summary(&target, args.limit, args.json);
+    }
+    Ok(0)
+}
+
+/// The live blocks of the process, None when it is gone.
+fn read(target: &LiveProcess) -> Result<Option<Walk>> {
+    match heapwalk::walk(&target.mem, &target.layout, WalkOptions::default()) {
+        Ok(w) => Ok(Some(w)),
+        // ESRCH: the process is exiting and its memory is gone, though /proc may not show it
+        // as a zombie yet.
+        Err(heapwalk::Denied(e)) if e.raw_os_error() == Some(libc::ESRCH) || !live::alive(target.pid) => {
+            Ok(None)
+        }
+        Err(heapwalk::Denied(e)) => Err(live::refused(target.pid, &e)),
+    }
+}
+
+/// The first line of a sample in text.
+fn header(when: SystemTime, target: &LiveProcess, walk: &Walk, nstacks: usize, read_ms: f64) -> String {
+    format!(
+        "{} pid {} ({}): {} in {} blocks on {} stacks; read in {read_ms:.1} ms; {}",
+        clock(when),
+        target.pid,
+        target.name,
+        bytes_text(walk.live_bytes()),
+        thousands(walk.blocks.len() as u64),
+        thousands(nstacks as u64),
+        match (walk.moving(), walk.problems().len()) {
+            (0, 0) => "every list read whole".to_owned(),
+            (n, 0) => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
+            (0, k) => format!("{} in the lists", plural(k as u64, "problem")),
+            (n, k) => format!(
+                "{n} of {} lists changed too fast to read whole, {} in the lists",
+                walk.lists.len(),
+                plural(k as u64, "problem")
+            ),
+        }
+    )
+}
+
+impl Watch {
+    /// One sample: read, remember and show.
+    fn round(&mut self, target: &LiveProcess, args: &TopArgs, t0: Instant) -> Result<Round> {
+        let when = SystemTime::now();
+        let Some(walk) = read(target)? else {
+            return Ok(Round::ProcessGone);
         };
         let groups = heap::group(&walk.blocks, &walk.stacks);
-        // Each problem of the lists is said once, when first met, the way every command says it.
+        self.say_problems(target, &walk);
+        let read = t0.elapsed();
+        // The blocks were read over the whole read: date them at its middle.
+        let at = t0.duration_since(self.started).as_secs_f64() + read.as_secs_f64() / 2.0;
+        self.add(&walk, &groups, at);
+        if let Ok(maps) = Mappings::of_process(target.pid) {
+            self.sym.set_mappings(maps);
+        }
+        let rows = self.rows(args.limit, |h| *h.bytes.last().unwrap_or(&0));
+        // The library's counts where the process keeps them; the history's lower bounds else.
+        let temps = counted(target, at, &mut self.counted, &self.stacks, args.limit)
+            .or_else(|| temporary(target, &mut self.events_seen, args.limit));
+        let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
+        let out = std::io::stdout();
+        let mut o = out.lock();
+        let written = if args.json {
+            let s = self.json_sample(when, &walk, read_ms, &rows, &temps);
+            snapjson::print(&s, &mut o)
+        } else {
+            writeln!(o, "{}", header(when, target, &walk, groups.len(), read_ms))
+                .and_then(|_| self.print_rows(&mut o, &rows))
+                .and_then(|_| match &temps {
+                    Some(t) => self.print_temporary(&mut o, t),
+                    None => Ok(()),
+                })
+        };
+        if written.and_then(|_| o.flush()).is_err() {
+            return Ok(Round::ReaderGone);
+        }
+        Ok(Round::Shown)
+    }
+
+    /// Each problem of the lists said once, when first met, the way every command says it.
+    fn say_problems(&mut self, target: &LiveProcess, walk: &Walk) {
         let problems: Vec<_> = walk
             .problems()
             .into_iter()
-            .filter(|p| said.insert(p.text.clone()))
+            .filter(|p| self.said.insert(p.text.clone()))
             .collect();
         if !problems.is_empty() {
             let mut namer = Namer::new(Symbolizer::new(target.maps.clone()));
@@ -220,15 +321,14 @@ pub fn main(args: TopArgs) -> Result<i32> {
                 eprintln!("dmem top: {line}");
             }
         }
+    }
 
-        let read = t0.elapsed();
-        let sample = watch.times.len();
-        // The blocks were read over the whole read: date them at its middle.
-        watch
-            .times
-            .push(t0.duration_since(started).as_secs_f64() + read.as_secs_f64() / 2.0);
-        for g in &groups {
-            let h = watch
+    /// A sample's stacks added to their histories, taken `at` seconds after the first.
+    fn add(&mut self, walk: &Walk, groups: &[StackGroup], at: f64) {
+        let sample = self.times.len();
+        self.times.push(at);
+        for g in groups {
+            let h = self
                 .stacks
                 .entry(walk.stacks[g.stack as usize].clone())
                 .or_insert_with(|| History {
@@ -238,94 +338,38 @@ pub fn main(args: TopArgs) -> Result<i32> {
             h.bytes.push(g.bytes);
             h.blocks.push(g.blocks);
         }
-        for h in watch.stacks.values_mut() {
+        for h in self.stacks.values_mut() {
             // Stacks with no live block in this sample.
             h.bytes.resize(sample + 1, 0);
             h.blocks.resize(sample + 1, 0);
         }
-        if let Ok(maps) = Mappings::of_process(target.pid) {
-            watch.sym.set_mappings(maps);
-        }
-        let rows = watch.rows(args.limit, |h| *h.bytes.last().unwrap_or(&0));
-        // The library's counts where the process keeps them; the history's lower bounds else.
-        let at = *watch.times.last().unwrap_or(&0.0);
-        let temps = counted(&target, at, &mut watch.counted, &watch.stacks, args.limit)
-            .or_else(|| temporary(&target, &mut watch.events_seen, args.limit));
-        let live_blocks = walk.blocks.len() as u64;
-        let live_bytes = walk.live_bytes();
-        let read_ms = (read.as_secs_f64() * 1e6).round() / 1e3;
-        let mut o = out.lock();
-        let written = if args.json {
-            let s = Sample {
-                time: (when.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3).round() / 1e3,
-                base_time: None,
-                source: String::new(),
-                live_bytes: live_bytes as i64,
-                live_blocks: live_blocks as i64,
-                delta_bytes: None,
-                delta_blocks: None,
-                read_ms,
-                inconsistent_lists: walk.moving(),
-                unchanged_stacks: None,
-                objects: Vec::new(),
-                stacks: rows.iter().map(|r| watch.json_stack(r)).collect(),
-                temporary: temps.iter().flat_map(|t| watch.json_temporary(t)).collect(),
-            };
-            snapjson::print(&s, &mut o)
-        } else {
-            let header = format!(
-                "{} pid {} ({}): {} in {} blocks on {} stacks; read in {read_ms:.1} ms; {}",
-                clock(when),
-                target.pid,
-                target.name,
-                bytes_text(live_bytes),
-                thousands(live_blocks),
-                thousands(groups.len() as u64),
-                match (walk.moving(), walk.problems().len()) {
-                    (0, 0) => "every list read whole".to_owned(),
-                    (n, 0) => format!("{n} of {} lists changed too fast to read whole", walk.lists.len()),
-                    (0, k) => format!("{} in the lists", plural(k as u64, "problem")),
-                    (n, k) => format!(
-                        "{n} of {} lists changed too fast to read whole, {} in the lists",
-                        walk.lists.len(),
-                        plural(k as u64, "problem")
-                    ),
-                }
-            );
-            writeln!(o, "{header}")
-                .and_then(|_| watch.print_rows(&mut o, &rows))
-                .and_then(|_| match &temps {
-                    Some(t) => watch.print_temporary(&mut o, t),
-                    None => Ok(()),
-                })
-        };
-        if written.and_then(|_| o.flush()).is_err() {
-            // The reader of our output went away (`| head`).
-            return Ok(0);
-        }
-        drop(o);
-        if args.count.is_some_and(|c| watch.times.len() as u64 >= c) {
-            break;
-        }
-        let next = t0 + interval;
-        while Instant::now() < next && !INTERRUPTED.load(Ordering::SeqCst) {
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
-        }
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            break;
-        }
-        if !live::alive(target.pid) {
-            ended = true;
-            break;
+    }
+
+    /// A sample as `top --json` writes it.
+    fn json_sample(
+        &mut self,
+        when: SystemTime,
+        walk: &Walk,
+        read_ms: f64,
+        rows: &[Row],
+        temps: &Option<Temporary>,
+    ) -> Sample {
+        Sample {
+            time: (when.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3).round() / 1e3,
+            base_time: None,
+            source: String::new(),
+            live_bytes: walk.live_bytes() as i64,
+            live_blocks: walk.blocks.len() as i64,
+            delta_bytes: None,
+            delta_blocks: None,
+            read_ms,
+            inconsistent_lists: walk.moving(),
+            unchanged_stacks: None,
+            objects: Vec::new(),
+            stacks: rows.iter().map(|r| self.json_stack(r)).collect(),
+            temporary: temps.iter().flat_map(|t| self.json_temporary(t)).collect(),
         }
     }
-    if ended {
-        eprintln!("dmem top: process {} ({}) ended", target.pid, target.name);
-    }
-    if INTERRUPTED.load(Ordering::SeqCst) || ended {
-        watch.summary(&target, args.limit, args.json);
-    }
-    Ok(0)
 }
 
 impl Watch {
