@@ -20,7 +20,7 @@ use crate::commands::timeline;
 use crate::model::series::{self, Series};
 use crate::model::text::thousands;
 use crate::source::image::Target;
-use crate::source::live;
+use crate::source::live::{self, LiveProcess};
 use crate::sys::{self, INTERRUPTED};
 use crate::{failed, Result};
 use std::collections::{HashSet, VecDeque};
@@ -69,31 +69,32 @@ impl Kept {
     }
 }
 
+/// A recording under way: where its profiles go, what it has written, the peaks it has seen.
+struct Recording {
+    pid: i32,
+    dir: PathBuf,
+    /// The profiles' names begin with it: the process's name and id.
+    stem: String,
+    periodic: Kept,
+    peaks: Kept,
+    /// The lines said about the lists, each once over the whole recording.
+    said: HashSet<String>,
+    chart: Option<Chart>,
+    written: u64,
+    at_peaks: u64,
+    /// The highest live bytes seen, and when.
+    highest: Option<(u64, SystemTime)>,
+    /// The live bytes of the last peak profile, which the next one must pass by the percentage.
+    peak_base: Option<u64>,
+}
+
 pub fn main(a: RecordArgs) -> Result<i32> {
     let target = live::open(a.pid)?;
     std::fs::create_dir_all(&a.output)
         .map_err(|e| failed(format!("cannot create {}: {e}", show(&a.output))))?;
     sys::catch_interrupt();
     let every = Duration::from_secs_f64(a.every);
-    let stem = format!("{}.{}", file_safe(&target.name), a.pid);
-    let mut periodic = Kept {
-        files: VecDeque::new(),
-        keep: a.keep,
-    };
-    let mut peaks = Kept {
-        files: VecDeque::new(),
-        keep: a.keep,
-    };
-    let mut said = HashSet::new();
-    let mut chart = a.timeline.map(|path| Chart {
-        path,
-        series: Series::default(),
-    });
-    let (mut written, mut at_peaks) = (0u64, 0u64);
-    // The highest live bytes seen, and when; and the live bytes of the last peak profile, which
-    // the next one must pass by the percentage.
-    let mut highest: Option<(u64, SystemTime)> = None;
-    let mut peak_base: Option<u64> = None;
+    let mut rec = Recording::new(&a, &target.name);
     let mut next = Instant::now();
     let ended = loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
@@ -103,34 +104,13 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             break "the process ended";
         }
         if let Some(pct) = a.at_peak {
-            let c = match target.counters() {
-                Ok(c) => c,
-                Err(_) if ending(a.pid) => break "the process ended",
-                Err(f) => return Err(f),
-            };
-            note_high(&mut highest, c.live_bytes);
-            let base = *peak_base.get_or_insert(c.live_bytes);
-            if c.live_bytes as f64 > base as f64 * (1.0 + pct / 100.0) {
-                match take(a.pid, &a.output, &stem, "peak.", &mut said, chart.as_mut())? {
-                    Some((path, bytes)) => {
-                        note_high(&mut highest, bytes);
-                        peak_base = Some(bytes.max(c.live_bytes));
-                        peaks.add(path);
-                        written += 1;
-                        at_peaks += 1;
-                    }
-                    None => break "the process ended",
-                }
+            if !rec.at_peak(&target, pct)? {
+                break "the process ended";
             }
         }
         if Instant::now() >= next {
-            match take(a.pid, &a.output, &stem, "", &mut said, chart.as_mut())? {
-                Some((path, bytes)) => {
-                    note_high(&mut highest, bytes);
-                    periodic.add(path);
-                    written += 1;
-                }
-                None => break "the process ended",
+            if !rec.periodic()? {
+                break "the process ended";
             }
             next += every;
             // A profile that took longer than the interval does not make a burst of catch-ups.
@@ -145,20 +125,104 @@ pub fn main(a: RecordArgs) -> Result<i32> {
             std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(POLL));
         }
     };
-    let peak = match highest {
-        Some((bytes, when)) => format!(
-            "; peak {} live bytes at {}",
-            thousands(bytes),
-            humantime::format_rfc3339_seconds(when)
-        ),
-        None => String::new(),
-    };
-    eprintln!(
-        "dmem record: {ended}: {written} profile{} written to {} ({at_peaks} at peaks){peak}",
-        if written == 1 { "" } else { "s" },
-        show(&a.output)
-    );
+    eprintln!("dmem record: {ended}: {}", rec.summary());
     Ok(0)
+}
+
+impl Recording {
+    fn new(a: &RecordArgs, name: &str) -> Recording {
+        let kept = || Kept {
+            files: VecDeque::new(),
+            keep: a.keep,
+        };
+        Recording {
+            pid: a.pid,
+            dir: a.output.clone(),
+            stem: format!("{}.{}", file_safe(name), a.pid),
+            periodic: kept(),
+            peaks: kept(),
+            said: HashSet::new(),
+            chart: a.timeline.clone().map(|path| Chart {
+                path,
+                series: Series::default(),
+            }),
+            written: 0,
+            at_peaks: 0,
+            highest: None,
+            peak_base: None,
+        }
+    }
+
+    /// Reads the counters and writes a peak profile when live bytes passed the last one's by
+    /// `pct` percent; false when the process has ended.
+    fn at_peak(&mut self, target: &LiveProcess, pct: f64) -> Result<bool> {
+        let c = match target.counters() {
+            Ok(c) => c,
+            Err(_) if ending(self.pid) => return Ok(false),
+            Err(f) => return Err(f),
+        };
+        self.note_high(c.live_bytes);
+        let base = *self.peak_base.get_or_insert(c.live_bytes);
+        if c.live_bytes as f64 <= base as f64 * (1.0 + pct / 100.0) {
+            return Ok(true);
+        }
+        let Some((path, bytes)) = self.take("peak.")? else {
+            return Ok(false);
+        };
+        self.note_high(bytes);
+        self.peak_base = Some(bytes.max(c.live_bytes));
+        self.peaks.add(path);
+        self.written += 1;
+        self.at_peaks += 1;
+        Ok(true)
+    }
+
+    /// Writes the periodic profile; false when the process has ended.
+    fn periodic(&mut self) -> Result<bool> {
+        let Some((path, bytes)) = self.take("")? else {
+            return Ok(false);
+        };
+        self.note_high(bytes);
+        self.periodic.add(path);
+        self.written += 1;
+        Ok(true)
+    }
+
+    fn note_high(&mut self, bytes: u64) {
+        if self.highest.is_none_or(|(h, _)| bytes > h) {
+            self.highest = Some((bytes, SystemTime::now()));
+        }
+    }
+
+    fn take(&mut self, kind: &str) -> Result<Option<(PathBuf, u64)>> {
+        take(
+            self.pid,
+            &self.dir,
+            &self.stem,
+            kind,
+            &mut self.said,
+            self.chart.as_mut(),
+        )
+    }
+
+    /// What was written, and the peak.
+    fn summary(&self) -> String {
+        let peak = match self.highest {
+            Some((bytes, when)) => format!(
+                "; peak {} live bytes at {}",
+                thousands(bytes),
+                humantime::format_rfc3339_seconds(when)
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{} profile{} written to {} ({} at peaks){peak}",
+            self.written,
+            if self.written == 1 { "" } else { "s" },
+            show(&self.dir),
+            self.at_peaks
+        )
+    }
 }
 
 /// Whether process `pid`, whose read just failed, is ending: gone now, or within a second. A
@@ -173,12 +237,6 @@ fn ending(pid: i32) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     true
-}
-
-fn note_high(highest: &mut Option<(u64, SystemTime)>, bytes: u64) {
-    if highest.is_none_or(|(h, _)| bytes > h) {
-        *highest = Some((bytes, SystemTime::now()));
-    }
 }
 
 /// A profile of the process now, written to DIR/STEM.STAMP.KINDpb.gz and added to the chart: its
