@@ -7,7 +7,7 @@
 use crate::cli::SnapshotFormat as Format;
 use crate::commands::snapshot::Source;
 use crate::model::snapjson::{self, Sample, SampleStack};
-use crate::model::snapshot::{describe_frames, Snapshot, Stack};
+use crate::model::snapshot::{describe_frames, Object, Snapshot, Stack};
 use crate::model::text::{bytes_text, clock, signed, thousands};
 use crate::{failed, usage, Result};
 use std::collections::HashMap;
@@ -39,56 +39,16 @@ pub struct Diff {
     pub new_time_nanos: i64,
 }
 
+/// A stack as `Snapshot::stack_key` names it.
+type Key = Vec<(String, u64)>;
+
+/// Bytes and blocks by stack.
+type Sums = HashMap<Key, (i64, i64)>;
+
 pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
-    // BASE's objects are added to NEW's, once: two moments of one process map the same ones.
-    let mut objects = new.objects.clone();
-    let base_object: Vec<usize> = base
-        .objects
-        .iter()
-        .map(|o| match objects.iter().position(|n| n == o) {
-            Some(i) => i,
-            None => {
-                objects.push(o.clone());
-                objects.len() - 1
-            }
-        })
-        .collect();
-
-    // Stacks that hold no live block (listed with what they allocated) did not change the heap.
-    let holds = |s: &&Stack| s.bytes != 0 || s.blocks != 0;
-    let mut base_by_key: HashMap<Vec<(String, u64)>, &Stack> = HashMap::new();
-    for s in base.stacks.iter().filter(holds) {
-        base_by_key
-            .entry(base.stack_key(s))
-            .and_modify(|e| {
-                // A file of another tool may hold one stack in several samples.
-                if s.bytes > e.bytes {
-                    *e = s;
-                }
-            })
-            .or_insert(s);
-    }
-    let mut base_sums: HashMap<Vec<(String, u64)>, (i64, i64)> = HashMap::new();
-    for s in base.stacks.iter().filter(holds) {
-        let e = base_sums.entry(base.stack_key(s)).or_default();
-        e.0 += s.bytes;
-        e.1 += s.blocks;
-    }
-
-    let mut new_sums: HashMap<Vec<(String, u64)>, Stack> = HashMap::new();
-    for s in new.stacks.iter().filter(holds) {
-        new_sums
-            .entry(new.stack_key(s))
-            .and_modify(|e| {
-                e.bytes += s.bytes;
-                e.blocks += s.blocks;
-                e.tids.extend(&s.tids);
-                e.tids.sort_unstable();
-                e.tids.dedup();
-            })
-            .or_insert_with(|| s.clone());
-    }
-
+    let (objects, base_object) = merged_objects(base, new);
+    let (base_by_key, base_sums) = base_stacks(base);
+    let new_sums = new_stacks(new);
     let mut changes = Vec::new();
     let mut unchanged = 0;
     for (key, s) in new_sums.iter() {
@@ -134,6 +94,68 @@ pub fn diff(base: &Snapshot, new: &Snapshot) -> Diff {
         base_time_nanos: base.time_nanos,
         new_time_nanos: new.time_nanos,
     }
+}
+
+/// NEW's objects and BASE's added to them, once (two moments of one process map the same
+/// ones); and where each of BASE's is in that list.
+fn merged_objects(base: &Snapshot, new: &Snapshot) -> (Vec<Object>, Vec<usize>) {
+    let mut objects = new.objects.clone();
+    let base_object: Vec<usize> = base
+        .objects
+        .iter()
+        .map(|o| match objects.iter().position(|n| n == o) {
+            Some(i) => i,
+            None => {
+                objects.push(o.clone());
+                objects.len() - 1
+            }
+        })
+        .collect();
+    (objects, base_object)
+}
+
+/// Stacks that hold no live block (listed with what they allocated) did not change the heap.
+fn holds(s: &&Stack) -> bool {
+    s.bytes != 0 || s.blocks != 0
+}
+
+/// BASE's stacks by key: the biggest sample of each (a file of another tool may hold one stack
+/// in several samples), and the bytes and blocks of all of them.
+fn base_stacks(base: &Snapshot) -> (HashMap<Key, &Stack>, Sums) {
+    let mut by_key: HashMap<Key, &Stack> = HashMap::new();
+    let mut sums: Sums = HashMap::new();
+    for s in base.stacks.iter().filter(holds) {
+        let key = base.stack_key(s);
+        let e = sums.entry(key.clone()).or_default();
+        e.0 += s.bytes;
+        e.1 += s.blocks;
+        by_key
+            .entry(key)
+            .and_modify(|e| {
+                if s.bytes > e.bytes {
+                    *e = s;
+                }
+            })
+            .or_insert(s);
+    }
+    (by_key, sums)
+}
+
+/// NEW's stacks by key, the samples of one stack summed.
+fn new_stacks(new: &Snapshot) -> HashMap<Key, Stack> {
+    let mut sums: HashMap<Key, Stack> = HashMap::new();
+    for s in new.stacks.iter().filter(holds) {
+        sums.entry(new.stack_key(s))
+            .and_modify(|e| {
+                e.bytes += s.bytes;
+                e.blocks += s.blocks;
+                e.tids.extend(&s.tids);
+                e.tids.sort_unstable();
+                e.tids.dedup();
+            })
+            .or_insert_with(|| s.clone());
+    }
+    sums
 }
 
 fn frames_order(s: &Stack) -> Vec<u64> {
