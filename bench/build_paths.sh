@@ -3,7 +3,7 @@
 # (package dmem-fixtures), and sets `out_dir` (where build.rs put the fixtures, in `fixtures/`)
 # and `target_dir` (where the library and the launcher are), which those scripts read.
 # shellcheck disable=SC2034
-out_dir=$(cargo build --release -p dmem -p dmem-fixtures --message-format=json-render-diagnostics |
+out_dir=$(cargo build --release -p dmem -p dmem-launcher -p dmem-fixtures --message-format=json-render-diagnostics |
     python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

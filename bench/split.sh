@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     *) echo "split.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-cargo build --release --lib --quiet --features bench-no-unwind --target-dir "$target_dir/bench-no-unwind"
+cargo build --release -p dmem --lib --quiet --features bench-no-unwind --target-dir "$target_dir/bench-no-unwind"
 for workload in storm python cxxmap; do
     [ -z "$only" ] || [ "$only" = "$workload" ] || continue
     python3 bench/harness.py --lib "$target_dir/release/libdmem.so" \

@@ -23,7 +23,7 @@ static const uint64_t *layout; /* dmem_layout: magic, version, count, then named
 static uint64_t header_size, off_frames;
 
 /* A field of the descriptor by name: from version 3 entries are a 24-byte NUL-padded name and
- * a 64-bit value (src/analysis/descriptor.rs); -1 when absent. */
+ * a 64-bit value (analysis/src/descriptor.rs); -1 when absent. */
 static uint64_t
 field(const char *name)
 {

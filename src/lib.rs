@@ -3,7 +3,8 @@
 // The unit-test build leaves out the exports, so much of the crate is unused there.
 #![cfg_attr(test, allow(dead_code))]
 
-mod analysis;
+// The analysis shared with the launcher, a crate of its own (analysis/), under its old name.
+use dmem_analysis as analysis;
 mod bootstrap;
 mod clock;
 mod deferred;

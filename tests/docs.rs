@@ -27,7 +27,7 @@ fn help_rows() -> Vec<(String, String)> {
 
 #[test]
 fn readme_options_table_matches_help() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(common::top().join("README.md")).unwrap();
     let section = readme
         .split("<!-- options-table -->")
         .nth(1)
@@ -78,7 +78,7 @@ fn files_under(root: &Path, dir: &str, out: &mut Vec<String>) {
 /// files need `unwind/mod.rs` and `leak/mod.rs`.
 #[test]
 fn readme_file_map_names_every_file() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = common::top();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let section = readme
         .split("### Where things are")
@@ -161,7 +161,7 @@ fn comparable(lines: &[&str]) -> Vec<String> {
 /// report's total, addresses and the core's path aside.
 #[test]
 fn readme_demo_transcript_is_what_the_demo_prints() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(common::top().join("README.md")).unwrap();
     let block = readme
         .split("```\n$ cc ")
         .nth(1)

@@ -4,6 +4,8 @@
 //! `crate::`, `super::` and `self::` path, and every path through a module a file declares, is
 //! an edge from that file's module to the module the path names.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -325,7 +327,7 @@ fn assert_no_circle(root: &Path, skip: &[&Path]) {
 
 #[test]
 fn library_imports_have_no_circle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = common::top().join("src");
     assert_no_circle(&root, &[&root.join("bin")]);
 }
 
@@ -351,6 +353,6 @@ fn the_finder_sees_a_circle() {
 
 #[test]
 fn launcher_imports_have_no_circle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/dmem");
+    let root = common::top().join("launcher/src");
     assert_no_circle(&root, &[]);
 }

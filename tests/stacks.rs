@@ -15,7 +15,7 @@ const UNWINDERS: [&str; 2] = ["fast", "backtrace"];
 /// `dmem stacks` prints them (`caller()+0xe (file:line) in lib` gives `caller()`), together with
 /// the raw listing for failure messages.
 fn stacks_of_blocks(prog: &Path, core: &Path, size: usize) -> (Vec<Vec<String>>, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("gdb").join("dmem.py");
+    let script = common::top().join("gdb").join("dmem.py");
     let out = output(
         Command::new("gdb")
             .args(["-batch", "-nx", "-q"])

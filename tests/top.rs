@@ -9,12 +9,9 @@ mod common;
 mod elfcore;
 #[path = "common/live.rs"]
 mod live;
-/// The analysis's reader of `/proc/PID/maps` lines, the one the library and the launcher use.
-#[path = "../src/analysis/maps.rs"]
-#[allow(dead_code)]
-mod maps;
 use common::run;
-use maps::MapsLine;
+/// The analysis's reader of `/proc/PID/maps` lines, the one the library and the launcher use.
+use dmem_analysis::maps::MapsLine;
 
 use common::dmem;
 use elfcore::{Elf, SHT_DYNSYM};

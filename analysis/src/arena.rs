@@ -25,7 +25,7 @@
 //! `HEAP_MAX` (64 MiB), each starting with a `heap_info` (`heap_at`), and keeps their
 //! `malloc_state` inside the first of them.
 
-use crate::analysis::maps::{self, Mapping};
+use crate::maps::{self, Mapping};
 
 /// Memory read a word at a time, for code that must not know whether it runs inside the process
 /// or over a core.

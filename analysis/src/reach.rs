@@ -23,7 +23,7 @@
 //! The exit report and the launcher (over a core or a running process) both classify with this
 //! code, and both agree with valgrind on the same program.
 
-use crate::analysis::maps::{self, Mapping};
+use crate::maps::{self, Mapping};
 
 /// The class of one block, in valgrind's words.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]

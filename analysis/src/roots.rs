@@ -12,9 +12,9 @@
 //! parts of it that are roots already are left to those roots, and libdmem's own memory is left
 //! out by its callers.
 
-use crate::analysis::arena::{self, Words};
-use crate::analysis::maps::Mapping;
-use crate::analysis::reach::Blocks;
+use crate::arena::{self, Words};
+use crate::maps::Mapping;
+use crate::reach::Blocks;
 
 /// Calls `emit` with the parts of `maps[i]` (sorted by address) that are roots by the rule
 /// above. `sps` are the threads' stack pointers. With glibc as the allocator, a mapping that

@@ -25,9 +25,9 @@
 //! matching reads them (`Frames`): naming the first address in an object reads that object's
 //! debug info whole, which costs more than all the matching.
 
-use crate::analysis::allocfn::{self, Alloc};
-use crate::analysis::frame::Frame;
-use crate::analysis::reach::Class;
+use crate::allocfn::{self, Alloc};
+use crate::frame::Frame;
+use crate::reach::Class;
 use aho_corasick::AhoCorasick;
 use std::collections::HashMap;
 use std::fmt;
@@ -158,7 +158,7 @@ pub struct Problem {
 /// Text from a command line or a file, as messages echo it: control characters made visible.
 fn shown(s: &str) -> String {
     let mut out = Vec::new();
-    crate::analysis::escape::escape(s.as_bytes(), &mut |piece| out.extend_from_slice(piece));
+    crate::escape::escape(s.as_bytes(), &mut |piece| out.extend_from_slice(piece));
     String::from_utf8_lossy(&out).into_owned()
 }
 

@@ -5,11 +5,11 @@
 //! `<error>` per listed loss record (one class of one stack), its suppression when asked for,
 //! and how often each suppression was used.
 
-use crate::analysis::allocfn::{self, Alloc};
-use crate::analysis::escape::markup;
-use crate::analysis::frame::Frame;
-use crate::analysis::reach::Class;
-use crate::analysis::suppressions::{below_main_cut, Generated, Stack, PLACEHOLDER};
+use crate::allocfn::{self, Alloc};
+use crate::escape::markup;
+use crate::frame::Frame;
+use crate::reach::Class;
+use crate::suppressions::{below_main_cut, Generated, Stack, PLACEHOLDER};
 use std::fmt::Write;
 
 /// What valgrind's preamble says of the run.

@@ -4,17 +4,14 @@
 //! heap without stopping it; writes heap profiles and compares them; shows the whole thing on a
 //! built-in example, and installs itself with the library and the gdb script.
 //!
-//! It is a separate binary of this package so that none of its dependencies end up in the
-//! preloaded library. Its folders: `source` reads a process or a core (memory, mappings, ELF,
+//! It is a package of its own so that none of its dependencies end up in the preloaded
+//! library. Its folders: `source` reads a process or a core (memory, mappings, ELF,
 //! threads, the list walk), `model` holds what is made of it and its formats (the heap, roots
 //! and leak classes, frames, snapshots), `commands` the subcommands.
 
-// The leak classes and the main_arena search, shared with the library's exit report.
-// Not every item is used by both sides.
-#[allow(dead_code)]
-#[path = "../../analysis/mod.rs"]
-#[forbid(unsafe_code)]
-mod analysis;
+// The leak classes, roots and the descriptor's format, shared with the library's exit report
+// (analysis/), under the name the modules use.
+use dmem_analysis as analysis;
 #[forbid(unsafe_code)]
 mod cli;
 #[forbid(unsafe_code)]

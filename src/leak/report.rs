@@ -1,6 +1,6 @@
 //! The leak report printed at exit (`leak-report`), in valgrind's four classes.
 //!
-//! Roots are the ones the launcher reads from a core (`src/bin/dmem/model/roots.rs`): every thread's saved
+//! Roots are the ones the launcher reads from a core (`launcher/src/model/roots.rs`): every thread's saved
 //! registers and its stack from its stack pointer (less the 128-byte red zone) to the top of the
 //! mapping that holds it, thread-local storage, and the writable segments of every loaded object
 //! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a

@@ -13,7 +13,7 @@ pub fn have_gdb() -> bool {
 
 /// The script, as a user would source it.
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("gdb").join("dmem.py")
+    crate::common::top().join("gdb").join("dmem.py")
 }
 
 /// What one gdb run printed: stdout cut into one section per command, and all of stderr.
@@ -154,7 +154,7 @@ pub fn written_core(core: PathBuf, out: &Output) -> PathBuf {
 
 /// Runs a Python interpreter on the unit tests of the pure module; returns (success, report).
 pub fn python_unit_tests(python: &Path) -> (bool, String) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("python");
+    let dir = crate::common::top().join("tests").join("python");
     let mut cmd = Command::new(python);
     cmd.args(["-m", "unittest", "discover", "-v", "-s"])
         .arg(&dir)

@@ -3,13 +3,20 @@
 #![allow(dead_code)]
 
 /// The layout descriptor's format and field names: the definition the library writes from.
-#[path = "../../src/analysis/descriptor.rs"]
-pub mod descriptor;
+pub use dmem_analysis::descriptor;
 pub mod run;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+
+/// The repository's top folder. The tests are the launcher's package's (`launcher/`, whose
+/// binary they run), so that is the folder above cargo's `CARGO_MANIFEST_DIR`.
+pub fn top() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the launcher's package is a folder of the repository")
+}
 
 /// `libdmem.so` of the profile the tests were built with: the copy in `target/<profile>/deps`,
 /// which this very test build produced, else `target/<profile>/libdmem.so`.
@@ -40,7 +47,7 @@ pub fn fixture(name: &str) -> PathBuf {
 /// The number (from 1) of the first line of the project's file `file` that holds `needle`: a
 /// fixture's line as a test expects a frame to name it.
 pub fn source_line(file: &str, needle: &str) -> usize {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let src = std::fs::read_to_string(top().join(file)).unwrap();
     src.lines().position(|l| l.contains(needle)).expect(needle) + 1
 }
 

@@ -28,7 +28,7 @@ pub fn protobuf_python() -> Option<PathBuf> {
 
 /// The profile at `path` decoded by the Python helper: its tables, and `stacks` resolved.
 pub fn decode(py: &Path, path: &Path) -> Value {
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pprof_decode.py");
+    let helper = crate::common::top().join("tests/python/pprof_decode.py");
     let out = run_limited(Command::new(py).arg(helper).arg(path), Duration::from_secs(120));
     assert!(
         out.status.success(),

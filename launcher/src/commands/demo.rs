@@ -10,7 +10,7 @@ use std::process::Command;
 /// The example's source, the driver program of the original libdmem post. The tests run the
 /// same file as a fixture; the demo compiles its own copy, so the launcher needs nothing from
 /// the build tree to show it.
-const DRIVER_C: &str = include_str!("../../../../c-fixtures/driver.c");
+const DRIVER_C: &str = include_str!("../../../c-fixtures/driver.c");
 /// How the demo compiles it, shown to the user as it runs.
 const CC_ARGS: [&str; 5] = ["-g", "-O2", "-o", "driver", "driver.c"];
 

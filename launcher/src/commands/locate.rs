@@ -22,9 +22,10 @@ pub fn exe_dir() -> Result<PathBuf> {
     Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
 }
 
-/// The source tree this launcher was built from, if it is still there.
+/// The source tree this launcher was built from, if it is still there: the folder above its
+/// package's (`launcher/`), the workspace's top with the library's manifest.
 fn source_tree() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.to_path_buf();
     dir.join("Cargo.toml").is_file().then_some(dir)
 }
 
@@ -85,12 +86,12 @@ fn build_library_under_cargo_run(dir: &Path) -> Result<()> {
         profile
     };
     let status = Command::new(cargo)
-        .args(["build", "--lib", "--profile"])
+        .args(["build", "--package", "dmem", "--lib", "--profile"])
         .arg(profile)
         .arg("--target-dir")
         .arg(target_dir)
         .arg("--manifest-path")
-        .arg(Path::new(manifest_dir).join("Cargo.toml"))
+        .arg(Path::new(manifest_dir).join("..").join("Cargo.toml"))
         .env_remove("LD_PRELOAD")
         // cargo's progress goes to stderr, like that of the `cargo run` that started us.
         .stdout(Stdio::null())
