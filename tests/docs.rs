@@ -1,6 +1,7 @@
 //! The README keeps up with the tree: its options table is the one the library prints for
 //! `DMEM_OPTS=help` (both come from the options table in src/options.rs), and its file map names
-//! every file of the library, the launcher, the gdb side and the benches.
+//! every file of the library, the analysis, the launcher, the gdb side and the benches; every test
+//! file is a test target of the launcher's package.
 
 mod common;
 
@@ -71,8 +72,8 @@ fn files_under(root: &Path, dir: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The README's file map ("Where things are") names every file under `src/`, `gdb/` and `bench/`,
-/// every test file and script at the top of `tests/`, and the folders of helpers beside them.
+/// The README's file map ("Where things are") names every file under `src/`, `analysis/`,
+/// `launcher/`, `gdb/` and `bench/`, every test file and script at the top of `tests/`, and the folders of helpers beside them.
 /// A file counts as named when a code span in that section is a trailing part of its path long
 /// enough to name it alone in the tree: `exports.rs` names src/exports.rs, while two `mod.rs`
 /// files need `unwind/mod.rs` and `leak/mod.rs`.
@@ -88,7 +89,7 @@ fn readme_file_map_names_every_file() {
     let spans: Vec<&str> = section.split('`').skip(1).step_by(2).collect();
 
     let mut files = Vec::new();
-    for dir in ["src", "gdb", "bench"] {
+    for dir in ["src", "analysis", "launcher", "gdb", "bench"] {
         files_under(root, dir, &mut files);
     }
     // The tests themselves, one file each; `tests/common/` and `tests/python/` are named as
@@ -127,6 +128,42 @@ fn readme_file_map_names_every_file() {
     assert!(
         missing.is_empty(),
         "README's file map does not name these files (by a part of the path that names them alone): {missing:?}"
+    );
+}
+
+/// Every test file at the top of `tests/` is a `[[test]]` of the launcher's package, under its
+/// own name, and every such target is a file there: the package lists them one by one
+/// (`autotests = false`, as its tests live outside its folder), so a file left out would never
+/// run.
+#[test]
+fn every_test_file_is_a_test_target_of_the_launcher() {
+    let root = common::top();
+    let manifest = std::fs::read_to_string(root.join("launcher/Cargo.toml")).unwrap();
+    let value = |table: &str, key: &str| -> Option<String> {
+        table.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_owned())
+        })
+    };
+    let mut targets = std::collections::BTreeSet::new();
+    for table in manifest.split("[[test]]").skip(1) {
+        let table = table.split("\n[").next().unwrap_or(table);
+        let name = value(table, "name").expect("a [[test]] without a name");
+        let path = value(table, "path").expect("a [[test]] without a path");
+        assert_eq!(path, format!("../tests/{name}.rs"), "test target {name}'s path");
+        targets.insert(name);
+    }
+    let mut files = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(root.join("tests")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".rs") {
+            files.insert(stem.to_owned());
+        }
+    }
+    assert!(files.len() > 20, "found too few test files: {files:?}");
+    assert_eq!(
+        targets, files,
+        "launcher/Cargo.toml's [[test]] targets differ from the files of tests/"
     );
 }
 

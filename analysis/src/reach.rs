@@ -239,6 +239,10 @@ impl Blocks {
         self.starts.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
     /// Whether any block lies (even in part) in `[start, end)`.
     pub fn any_in(&self, start: usize, end: usize) -> bool {
         let i = self.starts.partition_point(|&s| s < end);
