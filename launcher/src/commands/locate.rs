@@ -86,7 +86,10 @@ fn build_library_under_cargo_run(dir: &Path) -> Result<()> {
         profile
     };
     let status = Command::new(cargo)
-        .args(["build", "--package", "dmem", "--lib", "--profile"])
+        // At the workspace's top, `--lib` builds the library (and the analysis) with the
+        // dependencies' features resolved as for `cargo build` there, the launcher's package
+        // among the selected: the same libdmem.so, not a second variant of it.
+        .args(["build", "--lib", "--profile"])
         .arg(profile)
         .arg("--target-dir")
         .arg(target_dir)
