@@ -101,6 +101,10 @@ impl<'a> Head<'a> {
 pub trait Frames {
     /// How many return addresses the stack has.
     fn len(&self) -> usize;
+    /// Whether the stack has no return address.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The object return address `i` is in: the `object` of each of its frames.
     fn object(&mut self, i: usize) -> Option<&Path>;
     /// The frames of return address `i`: the inlined functions innermost first, then the
