@@ -335,123 +335,174 @@ fn accept_loop(
         let now = Instant::now();
         // Dropping a connection closes it.
         conns.retain(|c| c.deadline > now);
-        // Until the next connection's time is up, the listener's rest ends, or the next look
-        // at the stop flag, whichever comes first.
-        let listening = now >= accept_after;
-        let mut wait = conns.iter().map(|c| c.deadline - now).fold(TICK, Duration::min);
-        if !listening {
-            wait = wait.min(accept_after - now);
-        }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns.len() + 1);
-        fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: if listening { libc::POLLIN } else { 0 },
-            revents: 0,
-        });
-        fds.extend(conns.iter().map(|c| libc::pollfd {
-            fd: c.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        sys::poll(&mut fds, wait)?;
-
-        // From the last, so that a connection taken out moves only one already looked at.
-        for i in (0..conns.len()).rev() {
-            if fds[i + 1].revents == 0 {
-                continue;
-            }
-            let head = match conns[i].read() {
-                Step::Wait => continue,
-                Step::Gone => {
-                    conns.swap_remove(i);
-                    continue;
-                }
-                Step::Head(h) => h,
-            };
-            let c = conns.swap_remove(i);
-            let head = match head {
-                Ok(h) => h,
-                Err(reply) => {
-                    log(&c.peer.to_string(), &reply);
-                    refuse(c.stream, reply);
-                    continue;
-                }
-            };
-            let Ok(local) = c.stream.local_addr() else {
-                continue;
-            };
-            let req = Request {
-                method: head.method,
-                target: head.target,
-                authorization: head.authorization,
-                peer: c.peer,
-                local,
-            };
-            let lane = pick(&req).min(lanes.len() - 1);
-            match senders[lane].try_send((c.stream, req)) {
-                Err(TrySendError::Full((stream, req))) => {
-                    let reply = Reply::error(
-                        503,
-                        format!(
-                            "{} requests for {} are waiting already; ask again shortly",
-                            lanes[lane].queue, lanes[lane].what
-                        ),
-                    )
-                    .with_header("Retry-After", "1".into());
-                    // Said once while the lane stays full, however many are turned away.
-                    if !busy[lane] {
-                        log(&format!("{} {}", req.method, req.target), &reply);
-                        busy[lane] = true;
-                    }
-                    refuse(stream, reply);
-                }
-                _ => busy[lane] = false,
-            }
-        }
-
-        if fds[0].revents == 0 {
-            continue;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    if conns.len() >= most {
-                        if !full {
-                            eprintln!(
-                                "dmem serve: {most} connections are open, the most allowed: new ones are answered 503 until some close"
-                            );
-                            full = true;
-                        }
-                        refuse(
-                            stream,
-                            Reply::error(503, format!("{most} connections are open already")),
-                        );
-                        continue;
-                    }
-                    full = false;
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    conns.push(Conn {
-                        stream,
-                        peer,
-                        head: Vec::new(),
-                        deadline: Instant::now() + HEAD_LIMIT,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // A client that gave up before it was accepted.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
-                Err(e) => {
-                    eprintln!("dmem serve: cannot accept a connection: {e}");
-                    accept_after = Instant::now() + Duration::from_millis(100);
-                    break;
-                }
-            }
+        let fds = wait_for_any(listener, &conns, now, accept_after)?;
+        read_heads(&mut conns, &fds, lanes, &senders, pick, &mut busy);
+        if fds[0].revents != 0 {
+            accept_all(listener, &mut conns, most, &mut full, &mut accept_after);
         }
     }
     Ok(())
+}
+
+/// Polls the listener (unless it rests until `accept_after`) and every connection, and returns
+/// what each is ready for: the listener first, then the connections in order.
+fn wait_for_any(
+    listener: &TcpListener,
+    conns: &[Conn],
+    now: Instant,
+    accept_after: Instant,
+) -> io::Result<Vec<libc::pollfd>> {
+    // Until the next connection's time is up, the listener's rest ends, or the next look
+    // at the stop flag, whichever comes first.
+    let listening = now >= accept_after;
+    let mut wait = conns.iter().map(|c| c.deadline - now).fold(TICK, Duration::min);
+    if !listening {
+        wait = wait.min(accept_after - now);
+    }
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns.len() + 1);
+    fds.push(libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: if listening { libc::POLLIN } else { 0 },
+        revents: 0,
+    });
+    fds.extend(conns.iter().map(|c| libc::pollfd {
+        fd: c.stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    sys::poll(&mut fds, wait)?;
+    Ok(fds)
+}
+
+/// Reads from each connection poll found ready, and hands each whose head is now whole to
+/// its lane.
+fn read_heads(
+    conns: &mut Vec<Conn>,
+    fds: &[libc::pollfd],
+    lanes: &[Lane],
+    senders: &[SyncSender<Job>],
+    pick: &dyn Fn(&Request) -> usize,
+    busy: &mut [bool],
+) {
+    // From the last, so that a connection taken out moves only one already looked at.
+    for i in (0..conns.len()).rev() {
+        if fds[i + 1].revents == 0 {
+            continue;
+        }
+        match conns[i].read() {
+            Step::Wait => {}
+            Step::Gone => {
+                conns.swap_remove(i);
+            }
+            Step::Head(head) => hand_over(conns.swap_remove(i), head, lanes, senders, pick, busy),
+        }
+    }
+}
+
+/// Gives a connection whose head is whole to the lane its request is for, or answers it with
+/// what is wrong with its head, or with 503 if that lane's queue is full.
+fn hand_over(
+    c: Conn,
+    head: Result<Head, Reply>,
+    lanes: &[Lane],
+    senders: &[SyncSender<Job>],
+    pick: &dyn Fn(&Request) -> usize,
+    busy: &mut [bool],
+) {
+    let head = match head {
+        Ok(h) => h,
+        Err(reply) => {
+            log(&c.peer.to_string(), &reply);
+            refuse(c.stream, reply);
+            return;
+        }
+    };
+    let Ok(local) = c.stream.local_addr() else {
+        return;
+    };
+    let req = Request {
+        method: head.method,
+        target: head.target,
+        authorization: head.authorization,
+        peer: c.peer,
+        local,
+    };
+    let lane = pick(&req).min(lanes.len() - 1);
+    match senders[lane].try_send((c.stream, req)) {
+        Err(TrySendError::Full((stream, req))) => lane_full(stream, &req, &lanes[lane], &mut busy[lane]),
+        _ => busy[lane] = false,
+    }
+}
+
+/// Answers a request whose lane's queue is full with 503, and says so unless `busy` says it
+/// was said already.
+fn lane_full(stream: TcpStream, req: &Request, lane: &Lane, busy: &mut bool) {
+    let reply = Reply::error(
+        503,
+        format!(
+            "{} requests for {} are waiting already; ask again shortly",
+            lane.queue, lane.what
+        ),
+    )
+    .with_header("Retry-After", "1".into());
+    // Said once while the lane stays full, however many are turned away.
+    if !*busy {
+        log(&format!("{} {}", req.method, req.target), &reply);
+        *busy = true;
+    }
+    refuse(stream, reply);
+}
+
+/// Accepts every connection waiting on the listener, until none is left or accepting fails.
+fn accept_all(
+    listener: &TcpListener,
+    conns: &mut Vec<Conn>,
+    most: usize,
+    full: &mut bool,
+    accept_after: &mut Instant,
+) {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => admit(stream, peer, conns, most, full),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // A client that gave up before it was accepted.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+            Err(e) => {
+                eprintln!("dmem serve: cannot accept a connection: {e}");
+                *accept_after = Instant::now() + Duration::from_millis(100);
+                break;
+            }
+        }
+    }
+}
+
+/// Keeps an accepted connection to read its head, or answers it 503 if `most` are open
+/// already, saying so unless `full` says it was said already.
+fn admit(stream: TcpStream, peer: SocketAddr, conns: &mut Vec<Conn>, most: usize, full: &mut bool) {
+    if conns.len() >= most {
+        if !*full {
+            eprintln!(
+                "dmem serve: {most} connections are open, the most allowed: new ones are answered 503 until some close"
+            );
+            *full = true;
+        }
+        refuse(
+            stream,
+            Reply::error(503, format!("{most} connections are open already")),
+        );
+        return;
+    }
+    *full = false;
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    conns.push(Conn {
+        stream,
+        peer,
+        head: Vec::new(),
+        deadline: Instant::now() + HEAD_LIMIT,
+    });
 }
 
 #[cfg(test)]
