@@ -322,14 +322,36 @@ impl Launch<'_> {
         };
         std::fs::write(&script, GCORE_SCRIPT)
             .map_err(|e| failed(format!("cannot write {}: {e}", show(&script))))?;
-        let core_template = match self.core_dir {
+        let core_template = self.core_template()?;
+        let mut cmd = self.gdb_command(&gdb, &script, &core_template, &result);
+        let child = cmd.spawn().map_err(|e| {
+            cleanup();
+            failed(format!("cannot start gdb: {e}"))
+        })?;
+        sys::ignore_terminal_signals();
+        let out = child
+            .wait_with_output()
+            .map_err(|e| failed(format!("lost track of gdb: {e}")))?;
+        let text = std::fs::read_to_string(&result).unwrap_or_default();
+        cleanup();
+        self.gdb_result(&text, out)
+    }
+
+    /// Where gcore writes the core, `{pid}` standing for the program's process id; creates
+    /// the core directory when one was asked for.
+    fn core_template(&self) -> Result<PathBuf> {
+        Ok(match self.core_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| failed(format!("cannot create the core directory {}: {e}", show(dir))))?;
                 dir.join(corefile::core_name(self.prog, "{pid}"))
             }
             None => self.cwd.join("core.{pid}"),
-        };
+        })
+    }
+
+    /// gdb running the program under `script`, which writes how it ended to `result`.
+    fn gdb_command(&self, gdb: &Path, script: &Path, core_template: &Path, result: &Path) -> Command {
         let mut cmd = Command::new(gdb);
         cmd.args(["-batch", "-nx", "-q"])
             .args(["-iex", "set debuginfod enabled off"])
@@ -344,7 +366,7 @@ impl Launch<'_> {
             ])
             .args(["-ex", "set logging enabled on"])
             .arg("-x")
-            .arg(&script)
+            .arg(script)
             .arg("--args")
             .arg(self.prog)
             .args(&self.spec.args)
@@ -352,21 +374,16 @@ impl Launch<'_> {
             // gdb must not have the library preloaded itself: the script sets it for the program.
             .env_remove("LD_PRELOAD")
             .env("DMEM_GCORE_PRELOAD", self.preload)
-            .env("DMEM_GCORE_FILE", &core_template)
-            .env("DMEM_GCORE_RESULT", &result)
+            .env("DMEM_GCORE_FILE", core_template)
+            .env("DMEM_GCORE_RESULT", result)
             .env("DMEM_OPTS", self.opts)
             .stdout(self.stdout())
             .stderr(Stdio::piped());
-        let child = cmd.spawn().map_err(|e| {
-            cleanup();
-            failed(format!("cannot start gdb: {e}"))
-        })?;
-        sys::ignore_terminal_signals();
-        let out = child
-            .wait_with_output()
-            .map_err(|e| failed(format!("lost track of gdb: {e}")))?;
-        let text = std::fs::read_to_string(&result).unwrap_or_default();
-        cleanup();
+        cmd
+    }
+
+    /// How the program ended, from the line the script wrote (`text`) and gdb's output.
+    fn gdb_result(&self, text: &str, out: std::process::Output) -> Result<Ran> {
         let words: Vec<&str> = text.split_whitespace().collect();
         let num = |i: usize| words.get(i).and_then(|w| w.parse::<i64>().ok());
         match words.first().copied() {
