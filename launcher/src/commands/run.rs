@@ -100,14 +100,7 @@ pub fn asks_for_core(opts: &str) -> bool {
 /// Runs the program and reports how it ended, with the core it left when it left one.
 pub fn execute(spec: &Spec) -> Result<Outcome> {
     let lib = locate::library()?;
-    let prog = locate::program(Path::new(&spec.prog)).ok_or_else(|| Fail {
-        msg: format!(
-            "cannot run '{}': it is not a file, nor a program on PATH; give its path",
-            show(&spec.prog)
-        ),
-        status: 127,
-    })?;
-    let prog = prog.canonicalize().unwrap_or(prog);
+    let prog = program(spec)?;
     let mut notes = Vec::new();
     notes.extend(preload_warning(&prog));
 
@@ -117,24 +110,11 @@ pub fn execute(spec: &Spec) -> Result<Outcome> {
         .or_else(|| std::env::var("DMEM_OPTS").ok())
         .unwrap_or_default();
     let want_core = asks_for_core(&opts);
-    let cwd = match &spec.cwd {
-        Some(d) => d.clone(),
-        None => {
-            std::env::current_dir().map_err(|e| failed(format!("cannot tell the current directory: {e}")))?
-        }
-    };
-    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let cwd = working_dir(spec)?;
     let core_dir = spec.core_dir.as_ref().map(|d| cwd.join(d));
     let pattern = corefile::pattern();
     let use_gcore = spec.gcore || (want_core && gdb_must_write_the_core(&pattern, &mut notes));
-
-    let mut preload = lib.into_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        // libdmem first, so it sees every call; whatever else was preloaded (another allocator,
-        // say) comes after and serves as the real allocator.
-        preload.push(" ");
-        preload.push(existing);
-    }
+    let preload = preload_list(lib);
 
     let name = prog.file_name().map(show).unwrap_or_default();
     let run = Launch {
@@ -169,6 +149,41 @@ pub fn execute(spec: &Spec) -> Result<Outcome> {
         notes,
         stdout,
     })
+}
+
+/// The program to start, found as a shell would find it, its path made absolute.
+fn program(spec: &Spec) -> Result<PathBuf> {
+    let prog = locate::program(Path::new(&spec.prog)).ok_or_else(|| Fail {
+        msg: format!(
+            "cannot run '{}': it is not a file, nor a program on PATH; give its path",
+            show(&spec.prog)
+        ),
+        status: 127,
+    })?;
+    Ok(prog.canonicalize().unwrap_or(prog))
+}
+
+/// The directory the program runs in, made absolute.
+fn working_dir(spec: &Spec) -> Result<PathBuf> {
+    let cwd = match &spec.cwd {
+        Some(d) => d.clone(),
+        None => {
+            std::env::current_dir().map_err(|e| failed(format!("cannot tell the current directory: {e}")))?
+        }
+    };
+    Ok(cwd.canonicalize().unwrap_or(cwd))
+}
+
+/// LD_PRELOAD for the program: the library, then whatever the launcher's own LD_PRELOAD had.
+fn preload_list(lib: PathBuf) -> OsString {
+    let mut preload = lib.into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        // libdmem first, so it sees every call; whatever else was preloaded (another allocator,
+        // say) comes after and serves as the real allocator.
+        preload.push(" ");
+        preload.push(existing);
+    }
+    preload
 }
 
 /// Whether gdb must write the core because the kernel would not leave a file (a hard core-size
