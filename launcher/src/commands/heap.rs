@@ -370,10 +370,17 @@ fn behind_broken(ins: &Inspect, addr: u64) -> Option<u64> {
 /// into unreadable memory.
 fn verify_problems(ins: &Inspect) -> Vec<Problem> {
     let heap = &ins.heap;
-    let l = &ins.image.layout;
     // The walk's own: where lists broke, sizes not believed, lists whose blocks do not add up
     // to their counters.
     let mut out: Vec<Problem> = heap.problems().into_iter().cloned().collect();
+    counter_problems(heap, &mut out);
+    header_problems(heap, &mut out);
+    block_problems(ins, &mut out);
+    out
+}
+
+/// Lists whose allocations less frees are not their live blocks.
+fn counter_problems(heap: &heap::Heap, out: &mut Vec<Problem>) {
     for (i, li) in heap.lists.iter().enumerate() {
         let c = &li.counters;
         if c.allocs.wrapping_sub(c.frees) != c.live_blocks {
@@ -388,6 +395,10 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
             });
         }
     }
+}
+
+/// Headers that name another list than the one they are on, and headers on more than one.
+fn header_problems(heap: &heap::Heap, out: &mut Vec<Problem>) {
     let hs = heap.header_size;
     for b in &heap.blocks {
         if b.named_list != b.list {
@@ -413,6 +424,13 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
             });
         }
     }
+}
+
+/// Headers in the bootstrap arena, and blocks that run into unreadable memory.
+fn block_problems(ins: &Inspect, out: &mut Vec<Problem>) {
+    let heap = &ins.heap;
+    let l = &ins.image.layout;
+    let hs = heap.header_size;
     for b in &heap.blocks {
         let h = b.addr - hs;
         if (l.arena_start..l.arena_end).contains(&h) {
@@ -439,7 +457,6 @@ fn verify_problems(ins: &Inspect) -> Vec<Problem> {
             });
         }
     }
-    out
 }
 
 /// `verify`: what the checks of the lists found.
