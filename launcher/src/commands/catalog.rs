@@ -54,51 +54,8 @@ pub fn catalog() -> Catalog {
                 .find_subcommand(name)
                 .expect("an analysis is a subcommand")
                 .clone();
-            let operand = if sub.get_arguments().any(|a| a.get_id() == "words") {
-                Some("address")
-            } else if sub.get_arguments().any(|a| a.get_id() == "output") {
-                Some("file")
-            } else {
-                None
-            };
-            for a in sub.get_arguments() {
-                let long = a.get_long().map(|l| format!("--{l}"));
-                if let Some(long) = long.filter(|_| a.get_action().takes_values()) {
-                    if !value_options.contains(&long) && !GDB_SUPPLIES.contains(&a.get_id().as_str()) {
-                        value_options.push(long);
-                    }
-                }
-            }
-            let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
-            // The long help starts with the first line, as gdb lists it in `help dmem`.
-            let long = sub
-                .get_long_about()
-                .map_or_else(|| about.clone(), |a| a.to_string());
-            let mut shown = sub
-                .help_template("{usage-heading} {usage}\n\n{all-args}")
-                .override_usage(format!(
-                    "dmem {name} [OPTIONS]{}",
-                    match operand {
-                        Some("address") => " ADDR",
-                        Some(_) => " FILE",
-                        None => "",
-                    }
-                ));
-            for id in GDB_SUPPLIES
-                .iter()
-                .chain(operand.filter(|o| *o == "file").map(|_| &"output"))
-            {
-                if shown.get_arguments().any(|a| a.get_id() == *id) {
-                    shown = shown.mut_arg(*id, |a| a.hide(true));
-                }
-            }
-            let help = format!("{long}\n\n{}", shown.render_long_help());
-            Entry {
-                name,
-                about,
-                help: help.trim_end().to_owned(),
-                operand,
-            }
+            add_value_options(&sub, &mut value_options);
+            entry(name, sub)
         })
         .collect();
     value_options.sort();
@@ -112,6 +69,65 @@ pub fn catalog() -> Catalog {
             .collect(),
         value_options,
         registers: &REG_NAMES,
+    }
+}
+
+/// What follows the command's options in gdb: an address expression, a file, or nothing.
+fn operand(sub: &clap::Command) -> Option<&'static str> {
+    if sub.get_arguments().any(|a| a.get_id() == "words") {
+        Some("address")
+    } else if sub.get_arguments().any(|a| a.get_id() == "output") {
+        Some("file")
+    } else {
+        None
+    }
+}
+
+/// Adds the command's options that take a value, as `--name`, unless gdb supplies them or
+/// they are listed already.
+fn add_value_options(sub: &clap::Command, value_options: &mut Vec<String>) {
+    for a in sub.get_arguments() {
+        let long = a.get_long().map(|l| format!("--{l}"));
+        if let Some(long) = long.filter(|_| a.get_action().takes_values()) {
+            if !value_options.contains(&long) && !GDB_SUPPLIES.contains(&a.get_id().as_str()) {
+                value_options.push(long);
+            }
+        }
+    }
+}
+
+/// The analysis `name` as the gdb side shows it, with what gdb supplies hidden from its help.
+fn entry(name: &'static str, sub: clap::Command) -> Entry {
+    let operand = operand(&sub);
+    let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+    // The long help starts with the first line, as gdb lists it in `help dmem`.
+    let long = sub
+        .get_long_about()
+        .map_or_else(|| about.clone(), |a| a.to_string());
+    let mut shown = sub
+        .help_template("{usage-heading} {usage}\n\n{all-args}")
+        .override_usage(format!(
+            "dmem {name} [OPTIONS]{}",
+            match operand {
+                Some("address") => " ADDR",
+                Some(_) => " FILE",
+                None => "",
+            }
+        ));
+    for id in GDB_SUPPLIES
+        .iter()
+        .chain(operand.filter(|o| *o == "file").map(|_| &"output"))
+    {
+        if shown.get_arguments().any(|a| a.get_id() == *id) {
+            shown = shown.mut_arg(*id, |a| a.hide(true));
+        }
+    }
+    let help = format!("{long}\n\n{}", shown.render_long_help());
+    Entry {
+        name,
+        about,
+        help: help.trim_end().to_owned(),
+        operand,
     }
 }
 
