@@ -392,6 +392,29 @@ pub fn is_gzip(data: &[u8]) -> bool {
 /// A profile (gzipped or not) read back as a snapshot: the counts come from the
 /// `inuse_objects` and `inuse_space` sample types, the threads from the `thread_id` labels.
 pub fn read(data: &[u8]) -> Result<Snapshot, String> {
+    let p = decode(data)?;
+    let cols = columns(&p)?;
+    let (objects, object_of) = objects(&p)?;
+    let frames = frames(&p, &object_of)?;
+    let stacks = p
+        .sample
+        .iter()
+        .map(|smp| stack(&p, smp, &frames, &cols))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut snap = Snapshot {
+        time_nanos: p.time_nanos,
+        source: source(&p),
+        objects,
+        stacks,
+        ..Snapshot::default()
+    };
+    snap.sort();
+    Ok(snap)
+}
+
+/// The profile in `data`, unzipped if it is gzipped, once its string table starts as
+/// profile.proto requires.
+fn decode(data: &[u8]) -> Result<Profile, String> {
     let mut unzipped = Vec::new();
     let raw = if is_gzip(data) {
         flate2::read::GzDecoder::new(data)
@@ -402,20 +425,36 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         data
     };
     let p = Profile::decode(raw).map_err(|e| format!("not a pprof profile: {e}"))?;
-    let s = |i: i64| -> Result<&str, String> {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| p.string_table.get(i))
-            .map(String::as_str)
-            .ok_or_else(|| format!("a string index ({i}) is outside the string table"))
-    };
     if p.string_table.first().map(String::as_str) != Some("") {
         return Err("not a pprof profile: its string table does not start with \"\"".into());
     }
+    Ok(p)
+}
+
+/// String `i` of the profile's string table.
+fn string(p: &Profile, i: i64) -> Result<&str, String> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| p.string_table.get(i))
+        .map(String::as_str)
+        .ok_or_else(|| format!("a string index ({i}) is outside the string table"))
+}
+
+/// Where in each sample's values the counts are: the live ones always, the allocated ones
+/// (blocks, bytes, temporary) when the profile has them.
+struct Columns {
+    blocks: usize,
+    bytes: usize,
+    allocated: (Option<usize>, Option<usize>, Option<usize>),
+}
+
+/// The value columns, from the sample types' names; a profile without the live ones is not a
+/// heap profile.
+fn columns(p: &Profile) -> Result<Columns, String> {
     let mut col = (None, None);
     let mut alloc_col = (None, None, None);
     for (i, t) in p.sample_type.iter().enumerate() {
-        match s(t.r#type)? {
+        match string(p, t.r#type)? {
             "inuse_objects" => col.0 = Some(i),
             "inuse_space" => col.1 = Some(i),
             "alloc_objects" => alloc_col.0 = Some(i),
@@ -424,24 +463,37 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             _ => {}
         }
     }
-    let (Some(blocks_col), Some(bytes_col)) = col else {
+    let (Some(blocks), Some(bytes)) = col else {
         return Err(
             "the profile has no inuse_objects and inuse_space sample types: not a heap profile".into(),
         );
     };
+    Ok(Columns {
+        blocks,
+        bytes,
+        allocated: alloc_col,
+    })
+}
 
+/// The mappings as objects, and each mapping id's index among them.
+fn objects(p: &Profile) -> Result<(Vec<Object>, HashMap<u64, usize>), String> {
     let mut objects = Vec::new();
     let mut object_of: HashMap<u64, usize> = HashMap::new();
     for m in &p.mapping {
         object_of.insert(m.id, objects.len());
         objects.push(Object {
-            path: s(m.filename)?.to_owned(),
-            build_id: s(m.build_id)?.to_owned(),
+            path: string(p, m.filename)?.to_owned(),
+            build_id: string(p, m.build_id)?.to_owned(),
             start: m.memory_start,
             end: m.memory_limit,
             file_offset: m.file_offset,
         });
     }
+    Ok((objects, object_of))
+}
+
+/// The locations as frames by location id, their lines named from the functions.
+fn frames(p: &Profile, object_of: &HashMap<u64, usize>) -> Result<HashMap<u64, Frame>, String> {
     let functions: HashMap<u64, &Function> = p.function.iter().map(|f| (f.id, f)).collect();
     let mut frames: HashMap<u64, Frame> = HashMap::new();
     for l in &p.location {
@@ -454,8 +506,8 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
                 )
             })?;
             lines.push(Line {
-                function: s(f.name)?.to_owned(),
-                file: s(f.filename)?.to_owned(),
+                function: string(p, f.name)?.to_owned(),
+                file: string(p, f.filename)?.to_owned(),
                 line: u32::try_from(ln.line).unwrap_or(0),
             });
         }
@@ -469,59 +521,62 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             },
         );
     }
-    let mut stacks = Vec::with_capacity(p.sample.len());
-    for smp in &p.sample {
-        let value = |c: usize| smp.value.get(c).copied().unwrap_or(0);
-        let mut tids: Vec<u32> = Vec::new();
-        for l in &smp.label {
-            if s(l.key)? == THREAD_LABEL {
-                tids.push(u32::try_from(l.num).unwrap_or(0));
-            }
-        }
-        tids.sort_unstable();
-        tids.dedup();
-        let frames = smp
-            .location_id
-            .iter()
-            .map(|id| {
-                frames
-                    .get(id)
-                    .cloned()
-                    .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let allocated = match alloc_col {
-            (Some(b), Some(y), t) => Some(Allocated {
-                blocks: value(b),
-                bytes: value(y),
-                temporary: t.map_or(0, value),
-            }),
-            _ => None,
-        };
-        stacks.push(Stack {
-            blocks: value(blocks_col),
-            bytes: value(bytes_col),
-            tids,
-            frames,
-            allocated,
-        });
-    }
-    let source = p
-        .comment
+    Ok(frames)
+}
+
+/// One sample as a stack: its counts from the columns, its threads from its labels, its frames
+/// from the locations it names.
+fn stack(p: &Profile, smp: &Sample, frames: &HashMap<u64, Frame>, cols: &Columns) -> Result<Stack, String> {
+    let value = |c: usize| smp.value.get(c).copied().unwrap_or(0);
+    let tids = thread_ids(p, smp)?;
+    let frames = smp
+        .location_id
         .iter()
-        .filter_map(|&c| s(c).ok()?.strip_prefix("dmem: live heap of "))
+        .map(|id| {
+            frames
+                .get(id)
+                .cloned()
+                .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let allocated = match cols.allocated {
+        (Some(b), Some(y), t) => Some(Allocated {
+            blocks: value(b),
+            bytes: value(y),
+            temporary: t.map_or(0, value),
+        }),
+        _ => None,
+    };
+    Ok(Stack {
+        blocks: value(cols.blocks),
+        bytes: value(cols.bytes),
+        tids,
+        frames,
+        allocated,
+    })
+}
+
+/// The ids of the threads a sample's `thread_id` labels name, sorted, each once.
+fn thread_ids(p: &Profile, smp: &Sample) -> Result<Vec<u32>, String> {
+    let mut tids: Vec<u32> = Vec::new();
+    for l in &smp.label {
+        if string(p, l.key)? == THREAD_LABEL {
+            tids.push(u32::try_from(l.num).unwrap_or(0));
+        }
+    }
+    tids.sort_unstable();
+    tids.dedup();
+    Ok(tids)
+}
+
+/// What the profile is of, from the comment dmem writes, or "a profile".
+fn source(p: &Profile) -> String {
+    p.comment
+        .iter()
+        .filter_map(|&c| string(p, c).ok()?.strip_prefix("dmem: live heap of "))
         .next()
         .unwrap_or("a profile")
-        .to_owned();
-    let mut snap = Snapshot {
-        time_nanos: p.time_nanos,
-        source,
-        objects,
-        stacks,
-        ..Snapshot::default()
-    };
-    snap.sort();
-    Ok(snap)
+        .to_owned()
 }
 
 #[cfg(test)]
