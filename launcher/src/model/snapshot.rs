@@ -7,7 +7,7 @@ use crate::model::frames::{folded_key, Folded, Namer};
 use crate::model::symbolize::{self, Symbolizer};
 use crate::source::heapwalk;
 use crate::source::mappings::Mappings;
-use crate::source::stack_counts::StackCounts;
+use crate::source::stack_counts::{Count, StackCounts};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -182,19 +182,40 @@ pub fn from_walk(
     when: SystemTime,
     read_ms: f64,
 ) -> Snapshot {
-    let groups = crate::model::heap::group(&walk.blocks, &walk.stacks);
-    let allocated = |pcs: &[u64]| {
-        counts.map(|c| {
-            let n = c.stacks.get(pcs).copied().unwrap_or_default();
-            Allocated {
-                blocks: n.allocs as i64,
-                bytes: n.bytes as i64,
-                temporary: n.temporary as i64,
-            }
-        })
+    let listed = listed(walk, counts);
+    let mut maps = maps;
+    crate::source::elf::fill_build_ids(&mut maps);
+    let mut sym = Symbolizer::new(maps.clone());
+    let (mut objects, mut stacks) = symbolised(listed, counts, &maps, &mut sym);
+    if let Some(main) = main {
+        main_first(main, &mut objects, &mut stacks);
+    }
+    let mut snap = Snapshot {
+        time_nanos: nanos_since_epoch(when),
+        source,
+        objects,
+        stacks,
+        read_ms,
+        inconsistent_lists: walk.moving(),
+        warnings: Vec::new(),
+        unattributed: counts.map_or_else(Allocated::default, |c| allocated(c.overflow)),
     };
-    // Each stack with its live blocks, then those of the counted stacks that hold none.
-    let mut listed: Vec<(&[u64], u64, u64, Vec<u32>)> = groups
+    let problems = walk.problems();
+    if !problems.is_empty() {
+        let mut namer = Namer::new(sym);
+        snap.warnings = crate::model::heap::warnings(&problems, &walk.blocks, &walk.stacks, &mut namer);
+    }
+    snap.sort();
+    snap
+}
+
+/// One stack to list: its return addresses, live bytes, live blocks and allocating threads.
+type Listed<'a> = (&'a [u64], u64, u64, Vec<u32>);
+
+/// Each stack with its live blocks, then those of the counted stacks that hold none.
+fn listed<'a>(walk: &'a heapwalk::Walk, counts: Option<&'a StackCounts>) -> Vec<Listed<'a>> {
+    let groups = crate::model::heap::group(&walk.blocks, &walk.stacks);
+    let mut listed: Vec<Listed> = groups
         .iter()
         .map(|g| {
             (
@@ -216,10 +237,26 @@ pub fn from_walk(
         gone.sort_unstable();
         listed.extend(gone.into_iter().map(|k| (k, 0, 0, Vec::new())));
     }
+    listed
+}
 
-    let mut maps = maps;
-    crate::source::elf::fill_build_ids(&mut maps);
-    let mut sym = Symbolizer::new(maps.clone());
+/// A count of the process's as the snapshot keeps it.
+fn allocated(n: Count) -> Allocated {
+    Allocated {
+        blocks: n.allocs as i64,
+        bytes: n.bytes as i64,
+        temporary: n.temporary as i64,
+    }
+}
+
+/// The listed stacks with their frames symbolised, and the objects those frames lie in, in the
+/// order first seen.
+fn symbolised(
+    listed: Vec<Listed>,
+    counts: Option<&StackCounts>,
+    maps: &Mappings,
+    sym: &mut Symbolizer,
+) -> (Vec<Object>, Vec<Stack>) {
     let mut objects: Vec<Object> = Vec::new();
     // The executable mapping's start, to its index in `objects`.
     let mut object_at: HashMap<u64, usize> = HashMap::new();
@@ -227,7 +264,7 @@ pub fn from_walk(
     for (pcs, bytes, blocks, tids) in listed {
         let mut frames = Vec::with_capacity(pcs.len());
         for &pc in pcs.iter() {
-            let object = object_of(&maps, pc, &mut objects, &mut object_at);
+            let object = object_of(maps, pc, &mut objects, &mut object_at);
             frames.push(Frame {
                 pc,
                 object,
@@ -239,50 +276,36 @@ pub fn from_walk(
             blocks: blocks as i64,
             tids,
             frames,
-            allocated: allocated(pcs),
+            allocated: counts.map(|c| allocated(c.stacks.get(pcs).copied().unwrap_or_default())),
         });
     }
-    // pprof wants the main program's mapping first.
-    if let Some(main) = main {
-        if let Some(i) = objects.iter().position(|o| Path::new(&o.path) == main) {
-            let order: Vec<usize> = std::iter::once(i)
-                .chain((0..objects.len()).filter(|&j| j != i))
-                .collect();
-            let mut new_index = vec![0; objects.len()];
-            for (new, &old) in order.iter().enumerate() {
-                new_index[old] = new;
-            }
-            objects = order.iter().map(|&j| objects[j].clone()).collect();
-            for f in stacks.iter_mut().flat_map(|s| s.frames.iter_mut()) {
-                f.object = f.object.map(|j| new_index[j]);
-            }
-        }
-    }
-    let time_nanos = when
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
-    let mut snap = Snapshot {
-        time_nanos,
-        source,
-        objects,
-        stacks,
-        read_ms,
-        inconsistent_lists: walk.moving(),
-        warnings: Vec::new(),
-        unattributed: counts.map_or_else(Allocated::default, |c| Allocated {
-            blocks: c.overflow.allocs as i64,
-            bytes: c.overflow.bytes as i64,
-            temporary: c.overflow.temporary as i64,
-        }),
+    (objects, stacks)
+}
+
+/// The main program's object moved to the front, as pprof wants its mapping first, and the
+/// frames renumbered to match.
+fn main_first(main: &Path, objects: &mut Vec<Object>, stacks: &mut [Stack]) {
+    let Some(i) = objects.iter().position(|o| Path::new(&o.path) == main) else {
+        return;
     };
-    let problems = walk.problems();
-    if !problems.is_empty() {
-        let mut namer = Namer::new(sym);
-        snap.warnings = crate::model::heap::warnings(&problems, &walk.blocks, &walk.stacks, &mut namer);
+    let order: Vec<usize> = std::iter::once(i)
+        .chain((0..objects.len()).filter(|&j| j != i))
+        .collect();
+    let mut new_index = vec![0; objects.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
     }
-    snap.sort();
-    snap
+    *objects = order.iter().map(|&j| objects[j].clone()).collect();
+    for f in stacks.iter_mut().flat_map(|s| s.frames.iter_mut()) {
+        f.object = f.object.map(|j| new_index[j]);
+    }
+}
+
+/// `when` in nanoseconds since the epoch, or 0 before it.
+fn nanos_since_epoch(when: SystemTime) -> i64 {
+    when.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 /// The object `pc` lies in, added to `objects` when first seen.
