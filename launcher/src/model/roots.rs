@@ -28,7 +28,7 @@ use crate::source::history;
 use crate::source::image::Image;
 use crate::source::mappings::Mappings;
 use crate::source::memory::Memory;
-use crate::source::threads::POINTER_REGS;
+use crate::source::threads::{Thread, POINTER_REGS};
 use std::path::{Path, PathBuf};
 
 /// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
@@ -266,8 +266,33 @@ fn exit_entry(image: &Image) -> Option<ExitEntry> {
 pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
     let regions = mem.regions();
-    // glibc's main heap from the lists alone first: whether it holds blocks decides whether a
-    // main_arena not found matters.
+    let (mut excluded, notes, main_heap) = allocator_and_main_heap(objects, mem, &regions, heap);
+    let mut roots = data_roots(image, objects, &mut excluded);
+    excluded.extend(history_rings(image));
+    let exit = exit_entry(image);
+    let tls = tls_size(objects);
+    for t in &image.threads {
+        let entered = exit.as_ref().filter(|x| x.tid == t.tid);
+        thread_roots(mem, t, entered, tls, &mut roots);
+    }
+    own_memory_roots(image, objects, heap, &excluded, &main_heap, &mut roots);
+    let roots = dumped(mem, &regions, roots);
+    Roots {
+        roots,
+        excluded,
+        notes,
+    }
+}
+
+/// The allocator's own state to leave out (see `allocator_state`), its notes, and glibc's main
+/// heap. The main heap comes from the lists alone first: whether it holds blocks decides
+/// whether a main_arena not found matters; with main_arena's top chunk, it comes from that.
+fn allocator_and_main_heap(
+    objects: &[Loaded],
+    mem: &dyn Memory,
+    regions: &[Mapping],
+    heap: &Heap,
+) -> (Vec<Excluded>, Vec<String>, Vec<(usize, usize)>) {
     let chunks = || {
         heap.blocks.iter().filter(|b| b.align_log2 == 0).map(|b| {
             (
@@ -277,19 +302,21 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
         })
     };
     let words = ImageWords(mem);
-    let from_lists = arena::main_heap(&words, &regions, None, &mut chunks());
-    let (mut excluded, notes, main_arena) = allocator_state(objects, mem, !from_lists.is_empty());
+    let from_lists = arena::main_heap(&words, regions, None, &mut chunks());
+    let (excluded, notes, main_arena) = allocator_state(objects, mem, !from_lists.is_empty());
     let top = main_arena.and_then(|a| arena::top(&words, a));
     let main_heap = match top {
-        Some(_) => arena::main_heap(&words, &regions, top, &mut chunks()),
+        Some(_) => arena::main_heap(&words, regions, top, &mut chunks()),
         None => from_lists,
     };
+    (excluded, notes, main_heap)
+}
+
+/// The writable data of every loaded object, less what is left out; libdmem's own (its list
+/// heads point at headers, never into blocks) is added to what is left out instead.
+fn data_roots(image: &Image, objects: &[Loaded], excluded: &mut Vec<Excluded>) -> Vec<Root> {
     let mut roots = Vec::new();
-    let mut tls = 0u64;
     for o in objects {
-        if o.elf.tls_memsz > 0 {
-            tls += o.elf.tls_memsz + 64;
-        }
         if o.contains(image.layout.addr) {
             excluded.extend(o.writable().into_iter().map(|(s, e)| Excluded {
                 start: s,
@@ -299,7 +326,7 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             continue;
         }
         for (s, e) in o.writable() {
-            for (a, b) in without(s, e, &excluded) {
+            for (a, b) in without(s, e, excluded) {
                 roots.push(Root {
                     kind: Kind::Data,
                     what: format!("writable data of {}", o.name),
@@ -309,73 +336,82 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
             }
         }
     }
-    // libdmem's other memory: the free history's rings hold addresses of blocks freed and
-    // allocated.
-    excluded.extend(
-        history::ring_ranges(mem, image.layout.history.as_ref())
-            .into_iter()
-            .map(|(start, end)| Excluded {
-                start,
-                end,
-                what: "the free history's ring (libdmem's own)".into(),
-            }),
-    );
-    let exit = exit_entry(image);
-    for t in &image.threads {
-        // The thread that entered the exit path is scanned from the program's frame, with the
-        // program's callee-saved registers: below lie libdmem's frames and the exit path's, and
-        // its registers are libdmem's.
-        let entered = exit.as_ref().filter(|x| x.tid == t.tid);
-        let (sp, below) = match entered {
-            Some(x) => (x.sp, 0),
-            None => (t.sp(), RED_ZONE),
-        };
-        if let Some((lo, hi)) = Some(sp).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
-            roots.push(Root {
-                kind: Kind::Stack,
-                what: format!("stack of thread {}", t.tid),
-                start: lo.max(sp.saturating_sub(below)),
-                end: hi,
-            });
-        }
-        let fs = t.fs_base();
-        if let Some((lo, hi)) = Some(fs).filter(|&f| f != 0).and_then(|f| mem.extent(f)) {
-            roots.push(Root {
-                kind: Kind::Tls,
-                what: format!("TLS of thread {}", t.tid),
-                start: lo.max(fs.saturating_sub(tls + TLS_SURPLUS)),
-                end: hi.min(fs + TCB_SIZE),
-            });
-        }
-        let regs: Vec<(&str, u64, &str)> = match entered {
-            Some(x) => EXIT_ENTRY_NAMES
-                .iter()
-                .zip(x.regs)
-                .map(|(&n, v)| (n, v, " where it entered the exit path"))
-                .collect(),
-            None => POINTER_REGS
-                .iter()
-                .map(|&n| (n, t.reg(n).unwrap_or(0), ""))
-                .collect(),
-        };
-        for (name, v, when) in regs {
-            if v != 0 {
-                roots.push(Root {
-                    kind: Kind::Register(v),
-                    what: format!("register {name} of thread {}{when}", t.tid),
-                    start: 0,
-                    end: 0,
-                });
-            }
-        }
+    roots
+}
+
+/// libdmem's other memory: the free history's rings hold addresses of blocks freed and
+/// allocated.
+fn history_rings(image: &Image) -> impl Iterator<Item = Excluded> {
+    history::ring_ranges(&*image.mem, image.layout.history.as_ref())
+        .into_iter()
+        .map(|(start, end)| Excluded {
+            start,
+            end,
+            what: "the free history's ring (libdmem's own)".into(),
+        })
+}
+
+/// The static TLS the loaded objects take, with 64 bytes to spare for each.
+fn tls_size(objects: &[Loaded]) -> u64 {
+    objects
+        .iter()
+        .filter(|o| o.elf.tls_memsz > 0)
+        .map(|o| o.elf.tls_memsz + 64)
+        .sum()
+}
+
+/// One thread's roots: its stack, its static TLS and thread descriptor, its registers. The
+/// thread that entered the exit path is scanned from the program's frame, with the program's
+/// callee-saved registers: below lie libdmem's frames and the exit path's, and its registers
+/// are libdmem's.
+fn thread_roots(mem: &dyn Memory, t: &Thread, entered: Option<&ExitEntry>, tls: u64, roots: &mut Vec<Root>) {
+    let (sp, below) = match entered {
+        Some(x) => (x.sp, 0),
+        None => (t.sp(), RED_ZONE),
+    };
+    if let Some((lo, hi)) = Some(sp).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
+        roots.push(Root {
+            kind: Kind::Stack,
+            what: format!("stack of thread {}", t.tid),
+            start: lo.max(sp.saturating_sub(below)),
+            end: hi,
+        });
     }
-    own_memory_roots(image, objects, heap, &excluded, &main_heap, &mut roots);
-    let roots = dumped(mem, &regions, roots);
-    Roots {
-        roots,
-        excluded,
-        notes,
+    let fs = t.fs_base();
+    if let Some((lo, hi)) = Some(fs).filter(|&f| f != 0).and_then(|f| mem.extent(f)) {
+        roots.push(Root {
+            kind: Kind::Tls,
+            what: format!("TLS of thread {}", t.tid),
+            start: lo.max(fs.saturating_sub(tls + TLS_SURPLUS)),
+            end: hi.min(fs + TCB_SIZE),
+        });
     }
+    roots.extend(register_roots(t, entered));
+}
+
+/// A thread's registers that hold something: the pointer registers, or for the thread that
+/// entered the exit path the callee-saved ones it recorded there.
+fn register_roots(t: &Thread, entered: Option<&ExitEntry>) -> Vec<Root> {
+    let regs: Vec<(&str, u64, &str)> = match entered {
+        Some(x) => EXIT_ENTRY_NAMES
+            .iter()
+            .zip(x.regs)
+            .map(|(&n, v)| (n, v, " where it entered the exit path"))
+            .collect(),
+        None => POINTER_REGS
+            .iter()
+            .map(|&n| (n, t.reg(n).unwrap_or(0), ""))
+            .collect(),
+    };
+    regs.into_iter()
+        .filter(|&(_, v, _)| v != 0)
+        .map(|(name, v, when)| Root {
+            kind: Kind::Register(v),
+            what: format!("register {name} of thread {}{when}", t.tid),
+            start: 0,
+            end: 0,
+        })
+        .collect()
 }
 
 /// `roots` less what lies in a mapping the core did not dump: the kernel leaves out a private
