@@ -65,7 +65,6 @@ impl Class {
     }
 
     /// The words a list of classes takes, for the launcher's messages that list them.
-    #[allow(dead_code)]
     pub const WORDS: &'static str = "definite, indirect, possible, reachable or all";
 
     /// The bit for this class in a `leak-show` set.
@@ -96,7 +95,6 @@ impl Class {
     }
 
     /// The classes of a set, in the order reports list them (the launcher's `--show`).
-    #[allow(dead_code)]
     pub fn in_set(set: u8) -> impl Iterator<Item = Class> {
         Class::ALL.into_iter().filter(move |c| set & c.bit() != 0)
     }
@@ -321,7 +319,6 @@ impl Heuristic {
     pub const DEFAULT: u8 = 0b1111;
 
     /// The words a list of heuristics takes, for the launcher's messages that list them.
-    #[allow(dead_code)]
     pub const WORDS: &'static str = "stdstring, length64, newarray, multipleinheritance, all or none";
 
     /// A set from valgrind's spelling: `all`, `none`, or names separated by commas (or by `+`,

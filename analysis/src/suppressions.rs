@@ -710,7 +710,6 @@ impl Suppressions {
     /// The first suppression, in file order, that matches a loss record of `class` with this
     /// stack. The launcher's way in (it names a stack whole); the exit report's is
     /// `find_lazily`.
-    #[allow(dead_code)]
     pub fn find(&mut self, stack: &Stack, class: Class) -> Option<Hit> {
         self.find_lazily(Head::of(stack), &mut Named::new(stack.frames), class)
     }
