@@ -530,9 +530,11 @@ pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refuse
         if seen != MAGIC_LIVE {
             return Err(Refused::Magic(seen));
         }
-        magic.store(MAGIC_FREED, Ordering::Relaxed);
         let d = drain(l);
+        // The magic changes inside the bracket: a reader that saw the same even counter on
+        // both sides of its walk must never meet a freed header still linked.
         changing(l);
+        magic.store(MAGIC_FREED, Ordering::Relaxed);
         // SAFETY: the header is live, so it is on this list, which this thread changes.
         unsafe { unlink(l, hdr, true) };
         changed(l);

@@ -408,6 +408,21 @@ fn top_reads_a_storm_within_the_changes_it_makes() {
 }
 
 #[test]
+fn top_never_takes_a_list_caught_mid_free_for_a_broken_one() {
+    // A free marks its header freed and unlinks it; a reader that saw the list's counter
+    // unchanged across its walk must never meet such a header still linked. Hundreds of fast
+    // reads of a storm of frees (about one in two hundred met one when the magic changed before
+    // the counter did).
+    // The storm outlives the reads and is killed when `target` drops.
+    let target = start("top_storm", &["120", "6"]);
+    let samples = top_json(
+        target.pid,
+        &["--interval", "0.02", "--count", "300", "--limit", "1"],
+    );
+    assert_eq!(samples.len(), 300);
+}
+
+#[test]
 fn top_says_in_one_line_why_it_may_not_read() {
     let dir = common::scratch_dir("top-denied");
     let hb = dir.join("heartbeat");
