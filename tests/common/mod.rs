@@ -10,6 +10,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+/// A shell runs a background job with SIGINT and SIGQUIT ignored, and `nohup` ignores SIGHUP;
+/// an ignored disposition survives exec, so every program a test starts would inherit it and
+/// the tests that stop a program with those signals would wait for an ending that never comes.
+/// The tests' own process puts them back to the default before `main`, for every child after.
+extern "C" fn default_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+        // SAFETY: signal() with SIG_DFL changes only this process's disposition; it runs before
+        // main, when no other thread exists and no handler of ours is installed.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
+// The loader runs `.init_array` entries before `main`; `#[used]` keeps this one in the binary
+// although nothing names it.
+#[used]
+#[link_section = ".init_array"]
+static DEFAULT_STOP_SIGNALS: extern "C" fn() = default_stop_signals;
+
 /// The repository's top folder. The tests are the launcher's package's (`launcher/`, whose
 /// binary they run), so that is the folder above cargo's `CARGO_MANIFEST_DIR`.
 pub fn top() -> &'static Path {
