@@ -207,9 +207,23 @@ impl Blocks {
     /// The block containing `addr`, if any.
     #[inline]
     pub fn find(&self, addr: usize) -> Option<usize> {
-        if addr.wrapping_sub(self.lo) >= self.hi.wrapping_sub(self.lo) {
+        if !self.spans(addr) {
             return None;
         }
+        self.find_spanned(addr)
+    }
+
+    /// Whether `addr` lies between the lowest block's start and the highest block's end. Most
+    /// words a scan reads are not addresses at all and fail this test, so it is kept apart
+    /// from the table lookup and inlined into the scan loops: those words cost no call.
+    #[inline(always)]
+    pub fn spans(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo)
+    }
+
+    /// `find` for an address that `spans` accepted.
+    #[inline(never)]
+    fn find_spanned(&self, addr: usize) -> Option<usize> {
         if self.regions.is_empty() {
             let i = self.starts.partition_point(|&s| s <= addr);
             return (i > 0 && addr < self.ends[i - 1]).then(|| i - 1);
@@ -526,7 +540,7 @@ impl Marker {
         };
         for &(s, e) in roots {
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws {
+                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
                     mark(w, true, state, heur, work, src);
                 }
             };
@@ -541,7 +555,7 @@ impl Marker {
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws {
+                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
                     mark(w, sure, state, heur, work, src);
                 }
             };
