@@ -16,7 +16,9 @@ pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u
     if end <= start {
         return true;
     }
-    let mut run = [0usize; 512];
+    // Zeroed on every call, once per block scanned: small, so that costs a few stores, and as
+    // long as most blocks, which it then hands over in one run.
+    let mut run = [0usize; 128];
     mem.pieces(start, end, &mut |at, bytes| {
         // Pieces come whole from an aligned start, in multiples of 8 but for the last.
         for (k, chunk) in bytes.chunks(8 * run.len()).enumerate() {
