@@ -4,9 +4,11 @@
 # c-fixtures/leak_many.c), side by side in one run with VMware's chap on the same program's
 # uninstrumented core, and `dmem leaks PID` on a running process holding COUNT blocks.
 #
-# Rows, each with wall time and the peak RSS of the command (GNU time, when installed):
+# Rows, each with wall time and the peak RSS of the command (GNU time, when installed), and the
+# peak of its anonymous memory, what it allocated itself (bench/peak_anon.py, in a second run):
 #   dmem summary PROG CORE        target: at most 0.5 s
-#   dmem leaks PROG CORE          target: at most a quarter of chap's time
+#   dmem leaks PROG CORE          target: at most a quarter of chap's time, and no more memory
+#                                 of its own (peak anon) than the core's size
 #   gdb + dmem leaks              gdb opening the core and its `dmem leaks` (which calls the
 #                                 launcher): the engine plus gdb's own start-up
 #   chap: count leaked            on the uninstrumented core (gdb's gcore at exit_group)
@@ -43,7 +45,9 @@ trap cleanup EXIT INT TERM
 # Each core read once untimed, so every timed run finds it in the page cache alike.
 cat "$work/dmem.core" "$work/bare" >/dev/null
 
-# row NAME COMMAND...: runs the command, prints wall time and peak RSS.
+# row NAME COMMAND...: runs the command, prints wall time and peak RSS, then runs it again
+# untimed under bench/peak_anon.py for the peak of its anonymous memory (what it allocated
+# itself: most of a core command's RSS is the core's own pages, mapped from the file).
 row() {
     name=$1
     shift
@@ -52,13 +56,18 @@ row() {
             cat "$work/err.txt" >&2
             exit 1
         }
-        awk -v n="$name" '{ printf "%-24s %6.2f s   peak RSS %5d MB\n", n, $1, $2 / 1024 }' "$work/time.txt"
+        line=$(awk -v n="$name" '{ printf "%-24s %6.2f s   peak RSS %5d MB", n, $1, $2 / 1024 }' "$work/time.txt")
     else
         t0=$(date +%s.%N)
         "$@" >"$work/out.txt" 2>"$work/err.txt"
         t1=$(date +%s.%N)
-        echo "$t0 $t1" | awk -v n="$name" '{ printf "%-24s %6.2f s\n", n, $2 - $1 }'
+        line=$(echo "$t0 $t1" | awk -v n="$name" '{ printf "%-24s %6.2f s", n, $2 - $1 }')
     fi
+    if command -v python3 >/dev/null &&
+        python3 "$root/bench/peak_anon.py" "$work/anon.txt" "$@" >/dev/null 2>&1; then
+        line="$line$(awk '{ printf "   peak anon %5d MB", $1 / 1024 }' "$work/anon.txt")"
+    fi
+    echo "$line"
 }
 
 echo "core: $count blocks of $size bytes"
