@@ -7,7 +7,7 @@ mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
 
-use common::{fixture, lib_path, make_core, scratch_dir};
+use common::{fixture, lib_path, make_core, make_core_with, scratch_dir};
 use gdbrun::{json_query, Session};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -221,6 +221,59 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
     assert_eq!(
         parse_leaks_json(&common::text(&out.stdout)),
         (totals, groups.clone())
+    );
+}
+
+/// A thread stopped inside malloc after its new block is linked holds that block by libdmem's
+/// header alone: the backend (`libslow_free.so`) waits for good in the free of blocks another
+/// thread handed back, which libdmem makes right after linking. The allocation in progress is
+/// the thread's, as memcheck (which has no header) counts it: the block is still reachable at
+/// exit and from the core. Before, both called it definitely lost.
+#[test]
+fn a_block_linked_by_an_allocation_still_in_progress_is_reachable() {
+    let dir = scratch_dir("leaks_inflight");
+    let report = dir.join("report.txt");
+    let opts = format!(
+        "leak-report,abort-shutdown,leak-show=all,report-file={}",
+        report.display()
+    );
+    let backend = fixture("libslow_free.so");
+    let prog = fixture("leakclass_inflight");
+    let core = make_core_with(&dir, &prog, &[], &opts, &lib_path(), &[("LD_PRELOAD", &backend)]);
+    let text = std::fs::read_to_string(&report).expect("the exit report");
+    let (totals, _) = parse_report(&text);
+    assert_eq!(totals[0], 0, "nothing lost at exit:\n{text}");
+    assert!(
+        text.contains("77 bytes in 1 block is still reachable"),
+        "the block in progress is reachable at exit:\n{text}"
+    );
+
+    let out = common::output(
+        common::dmem()
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core)
+            .args(["--show", "all"]),
+    );
+    let got = common::text(&out.stdout);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    assert!(
+        got.contains("77 bytes in 1 block (1 still reachable)"),
+        "the block in progress is reachable in the core:\n{got}"
+    );
+    assert!(got.contains("definitely lost: 0 bytes in 0 blocks"), "{got}");
+    let addr = got
+        .lines()
+        .find(|l| l.contains("77 bytes in 1 block"))
+        .and_then(|l| l.split("e.g. ").nth(1))
+        .and_then(|r| r.split(',').next())
+        .expect("the block's address")
+        .to_owned();
+    let why = common::output(common::dmem().arg("why").arg(&prog).arg(&core).arg(&addr));
+    let why = common::text(&why.stdout);
+    assert!(
+        why.contains("allocation in progress, which holds the block by its header"),
+        "{why}"
     );
 }
 

@@ -11,6 +11,7 @@
 
 pub mod allocfn;
 pub mod arena;
+pub mod carried;
 pub mod descriptor;
 pub mod escape;
 pub mod fit;

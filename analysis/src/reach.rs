@@ -287,6 +287,11 @@ impl Blocks {
     pub fn range(&self, i: usize) -> (usize, usize) {
         (self.starts[i], self.ends[i])
     }
+
+    /// The block that starts exactly at `addr`, if any.
+    pub fn starting_at(&self, addr: usize) -> Option<usize> {
+        self.find(addr).filter(|&i| self.starts[i] == addr)
+    }
 }
 
 /// memcheck's heuristics (mc_leakcheck.c, `heuristic_reachedness`): interior pointers that real

@@ -59,7 +59,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     let mut extra = own_extra_roots(&objs, &blocks, &live, &maps, arena);
     let room = world.capacity();
     let mut roots = Vec::with_capacity(
-        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 3 * room + 3 + extra.len(),
+        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 4 * room + 3 + extra.len(),
     );
     let mut checked = Vec::with_capacity(room);
     let mut notes = ThreadNotes {

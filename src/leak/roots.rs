@@ -4,9 +4,11 @@
 //! `analysis::roots`.
 
 use super::live::Live;
+use super::memory::scan_words;
 use super::memory::OwnMemory;
 use super::stopworld::{Seen, World};
 use crate::analysis::arena;
+use crate::analysis::carried::{Carried, CALL_SPAN};
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
 use crate::analysis::roots::{extra_roots, mark_heaps};
@@ -134,13 +136,23 @@ pub(super) fn thread_roots(
 
     for seen in world.threads() {
         match seen {
-            Seen::Stopped { regs, sp, tp } => {
+            Seen::Stopped {
+                regs,
+                sp,
+                tp,
+                pc,
+                carry,
+            } => {
                 roots.push(regs);
                 let Some((lo, top)) = procmaps::mapping_containing(sp) else {
                     continue;
                 };
                 let stack = (sp.saturating_sub(RED_ZONE).max(lo), top);
                 roots.push(stack);
+                let c = carried(blocks, regs, stack, pc);
+                if !c.found().is_empty() {
+                    roots.push(carry.keep(c.found()));
+                }
                 // A thread's static TLS lies right below its descriptor, which glibc places at
                 // the top of the thread's stack mapping, so the stack scan above covers it. The
                 // main thread's block is elsewhere (the loader allocated it at start-up): it is
@@ -170,6 +182,22 @@ pub(super) fn thread_roots(
     }
     notes.missed = world.missed;
     checked.sort_unstable();
+}
+
+/// Blocks a thread stopped inside a call into libdmem holds only by their header's address
+/// (see `analysis::carried`), as start pointers.
+fn carried(blocks: &Blocks, regs: (usize, usize), stack: (usize, usize), pc: usize) -> Carried {
+    let mut c = Carried::new(unwind::is_own(pc));
+    let near = (stack.0, stack.1.min(stack.0 + RED_ZONE + CALL_SPAN));
+    if !c.inside() {
+        scan_words(near.0, near.1, &mut |ws| c.near(ws, unwind::is_own));
+    }
+    for (s, e) in [regs, near] {
+        scan_words(s, e, &mut |ws| {
+            c.look(ws, HEADER_SIZE, |a| blocks.starting_at(a).is_some())
+        });
+    }
+    c
 }
 
 /// Writable memory of the program's own that holds no block, memcheck's roots beyond the

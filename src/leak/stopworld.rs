@@ -31,6 +31,9 @@ const WAIT_MS: i64 = 200;
 /// rax, rcx, rsp, in the kernel's `gregs` order).
 pub const NREGS: usize = 16;
 
+/// Blocks a stopped thread may hold only by their header's address, kept per thread.
+const CARRIED: usize = crate::analysis::carried::MOST;
+
 // Slot states.
 const FREE: u32 = 0;
 const SENT: u32 = 1;
@@ -46,22 +49,29 @@ pub struct Slot {
     state: AtomicU32,
     sp: AtomicUsize,
     tp: AtomicUsize,
+    /// The interrupted instruction's address.
+    pc: AtomicUsize,
     regs: UnsafeCell<[usize; NREGS]>,
+    /// Start pointers the exiting thread writes for the blocks this thread carried (`Carry`).
+    carried: UnsafeCell<[usize; CARRIED]>,
 }
 
 // SAFETY: `regs` is written only by the slot's own thread, in its handler, before it publishes
 // PARKED with Release; the exiting thread reads it only after seeing PARKED with Acquire, and the
-// handler writes it only after winning SENT -> SAVING, which happens once per slot.
+// handler writes it only after winning SENT -> SAVING, which happens once per slot. `carried` is
+// written and read by the exiting thread alone, once the slot's thread is parked for good.
 unsafe impl Sync for Slot {}
 
 /// What became of one thread.
-pub enum Seen {
+pub enum Seen<'a> {
     /// Parked in the handler: its registers (as a memory range holding `NREGS` words), stack
-    /// pointer and thread pointer (`pthread_self`).
+    /// pointer, thread pointer (`pthread_self`) and the interrupted instruction's address.
     Stopped {
         regs: (usize, usize),
         sp: usize,
         tp: usize,
+        pc: usize,
+        carry: Carry<'a>,
     },
     /// Did not answer in time; the stack pointer the kernel shows, when it shows one.
     NotStopped { tid: u32, sp: Option<usize> },
@@ -97,7 +107,9 @@ impl World {
                 state: AtomicU32::new(FREE),
                 sp: AtomicUsize::new(0),
                 tp: AtomicUsize::new(0),
+                pc: AtomicUsize::new(0),
                 regs: UnsafeCell::new([0; NREGS]),
+                carried: UnsafeCell::new([0; CARRIED]),
             })
             .collect();
         World {
@@ -186,7 +198,7 @@ impl World {
     }
 
     /// Every thread signalled, stopped or not, skipping those that exited meanwhile.
-    pub fn threads(&self) -> impl Iterator<Item = Seen> + '_ {
+    pub fn threads(&self) -> impl Iterator<Item = Seen<'_>> + '_ {
         self.slots.iter().filter_map(|slot| {
             let tid = slot.tid.load(Ordering::Relaxed);
             match slot.state.load(Ordering::Acquire) {
@@ -196,6 +208,8 @@ impl World {
                         regs: (regs, regs + NREGS * 8),
                         sp: slot.sp.load(Ordering::Relaxed),
                         tp: slot.tp.load(Ordering::Relaxed),
+                        pc: slot.pc.load(Ordering::Relaxed),
+                        carry: Carry(slot),
                     })
                 }
                 // A thread that has exited but is still listed (a main thread that called
@@ -208,6 +222,23 @@ impl World {
                 _ => None,
             }
         })
+    }
+}
+
+/// Where the exiting thread puts start pointers for blocks a parked thread holds only by their
+/// header's address, so that the mark can scan them as that thread's.
+pub struct Carry<'a>(&'a Slot);
+
+impl Carry<'_> {
+    /// Keeps `starts` (at most `CARRIED`) and returns them as a memory range to scan.
+    pub fn keep(&self, starts: &[usize]) -> (usize, usize) {
+        let n = starts.len().min(CARRIED);
+        // SAFETY: only the exiting thread touches `carried`, and only after the slot's thread
+        // parked for good (see `Slot`); nothing else holds a reference into it.
+        let kept = unsafe { &mut *self.0.carried.get() };
+        kept[..n].copy_from_slice(&starts[..n]);
+        let at = kept.as_ptr() as usize;
+        (at, at + 8 * n)
     }
 }
 
@@ -257,6 +288,10 @@ fn save(slot: &Slot, ctx: *mut c_void) {
             }
             slot.sp.store(
                 uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize,
+                Ordering::Relaxed,
+            );
+            slot.pc.store(
+                uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
                 Ordering::Relaxed,
             );
         }

@@ -189,8 +189,21 @@ pub fn reported_core(stderr: &str) -> Option<PathBuf> {
 /// `abort-shutdown`. The launcher decides who writes the core: the kernel, or gdb's gcore where
 /// core_pattern pipes cores to a crash handler or the hard core-size limit is 0.
 pub fn make_core(dir: &Path, prog: &Path, args: &[&str], opts: &str, lib: &Path) -> PathBuf {
+    make_core_with(dir, prog, args, opts, lib, &[])
+}
+
+/// `make_core`, with `env` set for the launcher and so for the program.
+pub fn make_core_with(
+    dir: &Path,
+    prog: &Path,
+    args: &[&str],
+    opts: &str,
+    lib: &Path,
+    env: &[(&str, &Path)],
+) -> PathBuf {
     let mut cmd = dmem();
-    cmd.env("DMEM_LIB", lib)
+    cmd.envs(env.iter().copied())
+        .env("DMEM_LIB", lib)
         .arg("run")
         .arg(format!("--opts={opts}"))
         .arg("--core-dir")
