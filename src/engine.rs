@@ -65,19 +65,20 @@ enum Stack<'a> {
     Taken(&'a [usize; header::NFRAMES], Hint),
 }
 
-/// Walks the allocating stack into `frames`; returns what the per-stack counts need of it.
+/// Walks the allocating stack into `frames` on the thread `cur` is the area of; returns what the
+/// per-stack counts need of it.
 #[inline(always)]
-fn record(from: Origin, frames: &mut [usize; header::NFRAMES]) -> Hint {
+fn record(cur: thread::Current, from: Origin, frames: &mut [usize; header::NFRAMES]) -> Hint {
     #[cfg(feature = "bench-no-unwind")]
     {
-        let _ = from;
+        let _ = (cur, from);
         const ONES: [usize; header::NFRAMES] = [1; header::NFRAMES];
         *frames = ONES;
         return Hint::bare(const { stack_hint::key(&ONES) });
     }
     #[allow(unreachable_code)]
-    match thread::Guard::enter() {
-        Some(_g) => unwind::capture(from, frames),
+    match cur.enter() {
+        Some(_g) => unwind::capture(cur, from, frames),
         // A nested call from inside libdmem (the unwinder's first use): no stack.
         None => {
             *frames = [0; header::NFRAMES];
@@ -104,7 +105,7 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
                 h.frames = *f;
                 hint
             }
-            Stack::From(from) => record(from, &mut h.frames),
+            Stack::From(from) => record(thread::current(), from, &mut h.frames),
         };
         if opts.count_allocs {
             stack_counts::allocated(hint, h, header::to_user(hdr));
@@ -297,10 +298,12 @@ fn pending_free(user: *mut u8, from: Origin) -> Option<history::Slot> {
     if unsafe { header::magic(hdr) }.load(core::sync::atomic::Ordering::Relaxed) != MAGIC_LIVE {
         return None;
     }
-    let mut slot = history::Slot::claim(options::get().history)?;
+    // Found once for the slot's list and thread, the guard and the walk.
+    let cur = thread::current();
+    let mut slot = history::Slot::claim(cur, options::get().history)?;
     // SAFETY: a live header (checked just above).
     slot.free_of(unsafe { &*hdr }, user);
-    record(from, &mut slot.event().free_frames);
+    record(cur, from, &mut slot.event().free_frames);
     Some(slot)
 }
 
@@ -449,7 +452,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     // still intact should the realloc fail.
     let mut frames = [0usize; header::NFRAMES];
     let hint = if options::get().record {
-        record(from, &mut frames)
+        record(thread::current(), from, &mut frames)
     } else {
         stack_hint::NO_STACK
     };

@@ -133,9 +133,9 @@ impl Slot {
     /// Claims the next slot of the calling thread's ring (`capacity` events, the `history`
     /// option) and stamps it with the thread and the time; None when the ring cannot be mapped.
     #[inline(always)]
-    pub fn claim(capacity: usize) -> Option<Slot> {
+    pub fn claim(cur: thread::Current, capacity: usize) -> Option<Slot> {
         // A thread whose first call is a free has no list yet: it gets one here.
-        let (i, owned) = crate::lists::home();
+        let (i, owned) = crate::lists::home_of(cur);
         let r = ring(i, capacity)?;
         // SAFETY: a ring mapped by `ring` and never unmapped; its capacity never changes.
         let (count, cap) = unsafe { (&(*r).count, (*r).capacity) };
@@ -155,7 +155,7 @@ impl Slot {
         // The zero must be visible before the fields change.
         fence(Ordering::Release);
         e.time_ns = now_ns();
-        e.tid = thread::tid();
+        e.tid = cur.tid();
         Some(Slot {
             event: NonNull::from(e),
             seq: k + 1,
@@ -194,7 +194,7 @@ impl Slot {
 
 /// Writes an event in the calling thread's ring (`capacity` events, the `history` option).
 pub fn record(p: &Pending, capacity: usize) {
-    let Some(mut slot) = Slot::claim(capacity) else {
+    let Some(mut slot) = Slot::claim(thread::current(), capacity) else {
         return;
     };
     let e = slot.event();

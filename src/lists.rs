@@ -441,7 +441,13 @@ fn wait_idle(l: &List, deadline: Option<u64>) -> bool {
 /// The calling thread's home list, chosen at its first call, and whether the thread owns it.
 #[inline(always)]
 pub fn home() -> (usize, bool) {
-    match thread::home() {
+    home_of(thread::current())
+}
+
+/// `home`, for a caller that found the thread's area already.
+#[inline(always)]
+pub fn home_of(cur: thread::Current) -> (usize, bool) {
+    match cur.home() {
         Some(h) => h,
         None => choose_home(),
     }

@@ -26,23 +26,77 @@ const _: () =
 
 #[inline(always)]
 fn state<'a>() -> &'a State {
-    // SAFETY: the area is the calling thread's own and outlives any use of it on this thread;
-    // its `thread` words are room for a `State` (asserted above), whose all-zero bytes are a
-    // valid state, and only this thread touches them, through `Cell`s.
-    unsafe { &*(*tls::area()).thread.as_ptr().cast::<State>() }
+    current().state()
+}
+
+/// The calling thread's area, found once for a path that would otherwise find it again for each
+/// of its thread id, home list, guard and walker (the free history's path needs all four). Valid
+/// on the thread that found it only.
+#[derive(Clone, Copy)]
+pub struct Current(*mut tls::Area);
+
+/// The calling thread's area (see `Current`).
+#[inline(always)]
+pub fn current() -> Current {
+    Current(tls::area())
+}
+
+impl Current {
+    #[inline(always)]
+    fn state<'a>(self) -> &'a State {
+        // SAFETY: the area is the calling thread's own (a `Current` is not passed to another
+        // thread) and outlives any use of it on this thread; its `thread` words are room for a
+        // `State` (asserted above), whose all-zero bytes are a valid state, and only this thread
+        // touches them, through `Cell`s.
+        unsafe { &*(*self.0).thread.as_ptr().cast::<State>() }
+    }
+
+    /// The thread's whole area, for the walker's room in it.
+    #[inline(always)]
+    pub fn area(self) -> *mut tls::Area {
+        self.0
+    }
+
+    /// The thread's kernel thread id, from a cache filled by one syscall per thread.
+    #[inline(always)]
+    pub fn tid(self) -> u32 {
+        let t = &self.state().tid;
+        let cached = t.get();
+        if cached != 0 {
+            return cached;
+        }
+        let fresh = gettid();
+        t.set(fresh);
+        fresh
+    }
+
+    /// The thread's home list, if it has one yet, and whether it owns it.
+    #[inline(always)]
+    pub fn home(self) -> Option<(usize, bool)> {
+        let st = self.state();
+        match st.list.get() {
+            0 => None,
+            n => Some((n - 1, st.owns.get())),
+        }
+    }
+
+    /// Enters libdmem (see `Guard`), or returns None when the thread is already inside.
+    #[inline(always)]
+    pub fn enter<'a>(self) -> Option<Guard<'a>> {
+        let busy = &self.state().busy;
+        if busy.get() {
+            None
+        } else {
+            busy.set(true);
+            Some(Guard { busy })
+        }
+    }
 }
 
 /// The calling thread's kernel thread id, from a cache filled by one syscall per thread.
 #[inline(always)]
 pub fn tid() -> u32 {
-    let t = &state().tid;
-    let cached = t.get();
-    if cached != 0 {
-        return cached;
-    }
-    let fresh = gettid();
-    t.set(fresh);
-    fresh
+    current().tid()
 }
 
 /// Refreshes the cached thread id; the child of a fork has a new one.
@@ -61,11 +115,7 @@ pub fn gettid() -> u32 {
 /// The thread's home list, if it has one yet, and whether it owns it.
 #[inline(always)]
 pub fn home() -> Option<(usize, bool)> {
-    let st = state();
-    match st.list.get() {
-        0 => None,
-        n => Some((n - 1, st.owns.get())),
-    }
+    current().home()
 }
 
 /// Sets the thread's home list (`lists.rs` decides which).
@@ -88,27 +138,22 @@ pub fn set_exited() {
 /// Marks the thread as inside libdmem for its lifetime. Anything that may call back into malloc
 /// (the unwinder's first use, dlsym, symbolisation) runs under a guard; a nested call sees
 /// `entered` false and takes the plain path.
-pub struct Guard {
-    _private: (),
+pub struct Guard<'a> {
+    /// The thread's flag, found on entry, so that leaving does not look for it again.
+    busy: &'a Cell<bool>,
 }
 
-impl Guard {
+impl Guard<'_> {
     /// Enters, or returns None when the thread is already inside libdmem.
     #[inline(always)]
-    pub fn enter() -> Option<Guard> {
-        let b = &state().busy;
-        if b.get() {
-            None
-        } else {
-            b.set(true);
-            Some(Guard { _private: () })
-        }
+    pub fn enter<'a>() -> Option<Guard<'a>> {
+        current().enter()
     }
 }
 
-impl Drop for Guard {
+impl Drop for Guard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        state().busy.set(false);
+        self.busy.set(false);
     }
 }

@@ -322,16 +322,16 @@ const LOCAL_INIT: Local = Local {
     next_origin: 0,
 };
 
-/// The calling thread's `Local`, in its TLS area, initialised on the thread's first use.
+/// The calling thread's `Local`, in its TLS area `area`, initialised on the thread's first use.
 ///
 /// # Safety
-/// The caller must not hold another reference to the thread's `Local` (no walk is running on
-/// this thread: walks are never re-entered, see `capture`).
+/// `area` must be the calling thread's, and the caller must not hold another reference to the
+/// thread's `Local` (no walk is running on this thread: walks are never re-entered, see
+/// `capture`).
 #[inline(always)]
-unsafe fn local<'a>() -> &'a mut Local {
-    let area = tls::area();
-    // SAFETY: the area is this thread's own, its walker room holds a `Local` (asserted above),
-    // and the caller guarantees no other reference to it. Only `ready` is read before the room
+unsafe fn local<'a>(area: *mut tls::Area) -> &'a mut Local {
+    // SAFETY: the area is this thread's own (the caller's word), its walker room holds a `Local`
+    // (asserted above), and the caller guarantees no other reference to it. Only `ready` is read before the room
     // is known to hold a whole `Local`: a bool, whose zero (the fresh area's) is false, and
     // which is true only once the room was written with a whole `Local`.
     unsafe {
@@ -466,7 +466,8 @@ pub fn here() -> Origin {
     Origin(Regs { pc, sp, bp })
 }
 
-/// Fills `out` with return addresses, innermost first, from the frame `from` was taken in,
+/// Fills `out` with return addresses, innermost first, from the frame `from` was taken in on the
+/// calling thread, whose TLS area is `area`,
 /// skipping the leading ones for which `skip` is true (libdmem's own frames), and zeroes the
 /// entries past the last frame found; returns what the per-stack counts need of the stack.
 /// Returns a hint of key 0 (no key is), having written nothing, when the walk cannot be bounded
@@ -476,11 +477,16 @@ pub fn here() -> Origin {
 /// (a walk by the rules, a new generation, borrowing a table) is out of line, so that the replay
 /// keeps few registers and a short prologue.
 #[inline(never)]
-pub fn capture(from: Origin, out: &mut [usize; NFRAMES], skip: impl Fn(usize) -> bool) -> Hint {
-    // SAFETY: only `capture` and `forget_table` touch the thread's `Local`, and a walk is never
-    // re-entered on one thread: its caller holds the reentrancy guard, and a nested allocation
-    // takes the untracked path.
-    let local = unsafe { local() };
+pub fn capture(
+    area: *mut tls::Area,
+    from: Origin,
+    out: &mut [usize; NFRAMES],
+    skip: impl Fn(usize) -> bool,
+) -> Hint {
+    // SAFETY: `area` is the calling thread's (the caller's word); only `capture` and
+    // `forget_table` touch the thread's `Local`, and a walk is never re-entered on one thread:
+    // its caller holds the reentrancy guard, and a nested allocation takes the untracked path.
+    let local = unsafe { local(area) };
     let regs = from.0;
     let Some(at) = Start::of(local, &regs) else {
         return Hint::bare(0);
@@ -664,7 +670,7 @@ fn borrow_large(local: &mut Local) {
 pub fn forget_table() {
     // The area has no destructor, so it is still there while the thread's keys are destroyed.
     // SAFETY: no walk runs on this thread while its thread-specific data is destroyed.
-    let local = unsafe { local() };
+    let local = unsafe { local(tls::area()) };
     local.large = core::ptr::null_mut();
     // Past the count that borrows, which is only ever met counting up to it.
     local.unreplayed = BORROW_AFTER;
@@ -912,7 +918,7 @@ mod tests {
     #[inline(never)]
     fn nest(depth: usize, out: &mut [usize; NFRAMES]) -> bool {
         if depth == 0 {
-            capture(here(), out, |_| false).key != 0
+            capture(tls::area(), here(), out, |_| false).key != 0
         } else {
             let r = nest(depth - 1, out);
             core::hint::black_box(depth);
@@ -953,7 +959,7 @@ mod tests {
         }
         for which in 0..2 {
             if which == 0 {
-                assert!(capture(here(), fast, |_| false).key != 0);
+                assert!(capture(tls::area(), here(), fast, |_| false).key != 0);
             } else {
                 backtrace::trace(|f| {
                     slow.push(f.ip() as usize);
@@ -1032,7 +1038,7 @@ mod tests {
     #[inline(never)]
     fn fork_path(path: usize, level: usize, out: &mut [usize; NFRAMES]) -> bool {
         if level == 0 {
-            capture(here(), out, |_| false).key != 0
+            capture(tls::area(), here(), out, |_| false).key != 0
         } else if path & 1 == 0 {
             left(path >> 1, level - 1, out)
         } else {
@@ -1097,7 +1103,7 @@ mod tests {
                 }
             }
             // SAFETY: no walk runs on this thread meanwhile.
-            let large = unsafe { local() }.large as usize;
+            let large = unsafe { local(tls::area()) }.large as usize;
             (replays, large)
         })
         .join()

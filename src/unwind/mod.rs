@@ -127,19 +127,20 @@ pub fn here() -> Origin {
 /// Fills `out` with up to NFRAMES return addresses, innermost first, zeroing the rest, and
 /// returns what the per-stack counts need of the stack: its key, and, from the cached walker's
 /// stack shapes, where its counts went last (`stack_hint::Hint`). The caller holds the
-/// reentrancy guard, since either unwinder may allocate on first use.
+/// reentrancy guard, since either unwinder may allocate on first use; `cur` is the calling
+/// thread's area, which holds the walker's caches.
 #[inline(always)]
-pub fn capture(from: Origin, out: &mut [usize; NFRAMES]) -> Hint {
+pub fn capture(cur: crate::thread::Current, from: Origin, out: &mut [usize; NFRAMES]) -> Hint {
     // The cached walker is for x86_64; elsewhere `unwinder=fast` means the platform unwinder.
     #[cfg(target_arch = "x86_64")]
     if crate::options::get().unwinder == Unwinder::Fast {
-        let hint = fast::capture(from, out, is_own);
+        let hint = fast::capture(cur.area(), from, out, is_own);
         if hint.key != 0 {
             return hint;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = from;
+    let _ = (cur, from);
     capture_backtrace(out)
 }
 
