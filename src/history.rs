@@ -48,7 +48,8 @@ pub struct Event {
 /// A ring's head, followed by `capacity` events.
 #[repr(C)]
 pub struct Ring {
-    /// Events ever claimed in this ring; slot `k % capacity` holds event `k`.
+    /// Events ever claimed in this ring; slot `k % capacity` holds event `k`. The capacity is a
+    /// power of two (readers need not know: they take the remainder).
     pub count: AtomicU64,
     pub capacity: u64,
 }
@@ -66,11 +67,21 @@ fn events(ring: *mut Ring) -> *mut Event {
 }
 
 /// The ring of list `i`, mapped on first use; None when it cannot be mapped.
+#[inline(always)]
 fn ring(i: usize, capacity: usize) -> Option<*mut Ring> {
     let r = RINGS[i].load(Ordering::Acquire);
     if !r.is_null() {
         return Some(r);
     }
+    map_ring(i, capacity)
+}
+
+/// Maps the ring of list `i` for at least `capacity` events: the next power of two, so that a
+/// writer finds an event's slot with a mask rather than a division.
+#[cold]
+#[inline(never)]
+fn map_ring(i: usize, capacity: usize) -> Option<*mut Ring> {
+    let capacity = capacity.next_power_of_two();
     let bytes = RING_HEAD + capacity * core::mem::size_of::<Event>();
     table_pages::publish(&RINGS[i], bytes, |r| {
         // SAFETY: a fresh zeroed mapping large enough for the head; ours alone until published.
@@ -149,8 +160,9 @@ impl Slot {
         } else {
             count.fetch_add(1, Ordering::Relaxed)
         };
-        // SAFETY: the slot is inside the ring (k % cap < cap) and, for this round, ours alone.
-        let e = unsafe { &mut *events(r).add((k % cap) as usize) };
+        // SAFETY: the slot is inside the ring (the capacity is a power of two, see `map_ring`,
+        // so k & (cap - 1) is k % cap, below cap) and, for this round, ours alone.
+        let e = unsafe { &mut *events(r).add((k & cap.wrapping_sub(1)) as usize) };
         e.seq.store(0, Ordering::Relaxed);
         // The zero must be visible before the fields change.
         fence(Ordering::Release);

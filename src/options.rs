@@ -201,7 +201,7 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "history",
         kind: Kind::Value("N", set_history),
-        help: "keep the last N frees (1 to 1048576) per thread's list in memory, each with its address, size, thread, time, the stack of the free and the block's allocation stack, for dmem history, dmem whatis and double-free messages; 200 bytes per event",
+        help: "keep the last N frees (1 to 1048576; N rounded up to a power of two) per thread's list in memory, each with its address, size, thread, time, the stack of the free and the block's allocation stack, for dmem history, dmem whatis and double-free messages; 208 bytes per event",
     },
     Spec {
         name: "history-allocs",
