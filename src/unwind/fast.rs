@@ -519,7 +519,7 @@ impl Start {
     /// None when the stack cannot be bounded (see `capture`).
     #[inline(always)]
     fn of(local: &mut Local, regs: &Regs) -> Option<Start> {
-        let hi = local.stacks.top(regs.sp)?;
+        let hi = local.stacks.top(regs.sp)?.get();
         let bounds = Bounds { lo: regs.sp, hi };
         let generation = GENERATION.load(Ordering::Relaxed);
         if local.generation != generation {

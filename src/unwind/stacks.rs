@@ -9,6 +9,7 @@
 //! stacks an unmapped range touches before it walks again.
 
 use crate::procmaps;
+use core::num::NonZeroUsize;
 use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Stacks a thread remembers: its own, and a few alternate ones.
@@ -81,14 +82,15 @@ impl KnownStacks {
     };
 
     /// The top of the stack that `sp` lies on. None when the mappings cannot be read; the caller
-    /// then falls back to the platform unwinder.
+    /// then falls back to the platform unwinder. Never zero (it lies above `sp`), which lets the
+    /// answer travel in one register, with no flag beside it for the caller to test.
     #[inline(always)]
-    pub(super) fn top(&mut self, sp: usize) -> Option<usize> {
+    pub(super) fn top(&mut self, sp: usize) -> Option<NonZeroUsize> {
         let (lo, hi) = self.stacks[0];
         if sp >= lo && sp < hi && UNMAPS.0.load(Ordering::Relaxed) == self.seen {
-            return Some(hi);
+            return NonZeroUsize::new(hi);
         }
-        self.top_slow(sp)
+        self.top_slow(sp).and_then(NonZeroUsize::new)
     }
 
     #[cold]
@@ -176,18 +178,18 @@ mod tests {
         };
         assert_eq!(rw, 0);
         let mut k = KnownStacks::EMPTY;
-        assert_eq!(k.top(m + 100), Some(m + 4 * page));
+        assert_eq!(k.top(m + 100).map(NonZeroUsize::get), Some(m + 4 * page));
         note_unmap(m + 2 * page, m + 4 * page);
         // SAFETY: the upper half of the mapping made above, which nothing uses.
         let cut = unsafe { libc::munmap((m + 2 * page) as *mut libc::c_void, 2 * page) };
         assert_eq!(cut, 0);
-        assert_eq!(k.top(m + 100), Some(m + 2 * page));
+        assert_eq!(k.top(m + 100).map(NonZeroUsize::get), Some(m + 2 * page));
         // More unmaps than the ring holds, none of them ours: everything cached is dropped and
         // found again.
         for _ in 0..=RING {
             note_unmap(1, 2);
         }
-        assert_eq!(k.top(m + 100), Some(m + 2 * page));
+        assert_eq!(k.top(m + 100).map(NonZeroUsize::get), Some(m + 2 * page));
         // SAFETY: the rest of the mapping, guards included.
         assert_eq!(unsafe { libc::munmap(g, 3 * page) }, 0);
         // SAFETY: as above.
