@@ -15,7 +15,8 @@
 //! Nothing here allocates once threads are being stopped: a stopped thread may hold the backend
 //! allocator's lock, so `World::prepare` sizes everything first. Threads are found in
 //! /proc/self/task with raw `getdents64` (opendir would allocate).
-//! Waiting is bounded (`WAIT_MS` in all): a thread that blocks the signal, or is stuck where it
+//! Waiting is bounded (`WAIT_MS`, and `LATE_MS` more for threads that do not block the signal):
+//! a thread that blocks the signal, or is stuck where it
 //! cannot take it, does not hang the exit; it is reported as not stopped and its stack is scanned
 //! as it is, from the stack pointer the kernel shows in /proc/self/task/TID/syscall.
 
@@ -26,6 +27,10 @@ use libc::{c_int, c_void};
 
 /// How long the exit waits, in all, for threads to acknowledge the stop signal.
 const WAIT_MS: i64 = 200;
+/// How much longer it waits for threads that do not block the signal: such a thread answers as
+/// soon as it runs, which on a loaded machine can take longer than `WAIT_MS`. A thread that
+/// blocks the signal never answers and is not waited for.
+const LATE_MS: i64 = 2000;
 
 /// The general registers saved per thread: x86_64's sixteen (r8-r15, rdi, rsi, rbp, rbx, rdx,
 /// rax, rcx, rsp, in the kernel's `gregs` order).
@@ -183,6 +188,17 @@ impl World {
             }
         }
         self.slots = &self.slots[..used];
+        let late = deadline + LATE_MS * 1_000_000;
+        while ACKS.load(Ordering::SeqCst) < sent && now_ns() < late {
+            let waiting = self.slots.iter().any(|slot| {
+                slot.state.load(Ordering::SeqCst) == SENT
+                    && !blocks_signal(slot.tid.load(Ordering::Relaxed), self.sig)
+            });
+            if !waiting {
+                break;
+            }
+            wait_acks(sent, (now_ns() + 10_000_000).min(late));
+        }
         for slot in self.slots {
             // Whoever did not answer in time is given up and scanned as it is; a late handler
             // sees ABANDONED and only parks.
@@ -468,6 +484,23 @@ fn task_exited(tid: u32) -> bool {
 /// The stack pointer of thread `tid` as /proc/self/task/TID/syscall shows it: the next-to-last
 /// field when the thread is blocked ("NR args... sp pc", or "-1 sp pc"); None while it runs.
 /// Err when the thread no longer exists.
+/// Whether thread `tid` blocks signal `sig`, by its `SigBlk` line in /proc; a thread that is gone
+/// or unreadable counts as blocking it (nothing to wait for).
+fn blocks_signal(tid: u32, sig: c_int) -> bool {
+    let mut path = [0u8; 64];
+    let len = task_file(tid, b"status", &mut path);
+    let mut buf = [0u8; 4096];
+    let Ok(n) = read_small(&path[..=len], &mut buf) else {
+        return true;
+    };
+    let mask = buf[..n]
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"SigBlk:"))
+        .map(|v| v.trim_ascii())
+        .and_then(parse_hex);
+    mask.is_none_or(|m| m >> (sig - 1) & 1 == 1)
+}
+
 fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
     let mut path = [0u8; 64];
     let len = task_file(tid, b"syscall", &mut path);
