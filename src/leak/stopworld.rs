@@ -16,9 +16,9 @@
 //! allocator's lock, so `World::prepare` sizes everything first. Threads are found in
 //! /proc/self/task with raw `getdents64` (opendir would allocate).
 //! Waiting is bounded (`WAIT_MS`, and `LATE_MS` more for threads that do not block the signal):
-//! a thread that blocks the signal, or is stuck where it
-//! cannot take it, does not hang the exit; it is reported as not stopped and its stack is scanned
-//! as it is, from the stack pointer the kernel shows in /proc/self/task/TID/syscall.
+//! a thread that blocks the signal, or is stuck where it cannot take it, does not hang the exit;
+//! it is reported as not stopped and its stack is scanned as it is, from the stack pointer the
+//! kernel shows in /proc/self/task/TID/syscall.
 
 use crate::thread::gettid;
 use core::cell::UnsafeCell;
