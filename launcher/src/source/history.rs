@@ -157,6 +157,10 @@ pub fn ring_ranges(mem: &dyn Memory, history: Option<&HistoryLayout>) -> Vec<(u6
         .collect()
 }
 
+/// Events copied at once from a running process's ring: small enough that a busy process does
+/// not lap the ring while one piece is copied.
+const PIECE: u64 = 4096;
+
 /// Reads every ring of the history the descriptor names (`Layout::history`), whose events hold
 /// stacks of `nframes` frames.
 pub fn read(mem: &dyn Memory, history: Option<&HistoryLayout>, nframes: u64) -> Result<History, Absent> {
@@ -194,15 +198,47 @@ pub fn read(mem: &dyn Memory, history: Option<&HistoryLayout>, nframes: u64) -> 
         out.rings += 1;
         out.capacity = out.capacity.max(cap);
         out.recorded += count;
-        let mut raw = vec![0u8; (cap * h.event_size) as usize];
-        mem.read_fresh(ring + h.ring_off_events, &mut raw)
-            .map_err(Absent::Read)?;
-        // Slots a running process wrote over while they were copied are not believed: those
-        // the events claimed since the count was first read can have reached.
-        let after = mem.u64_fresh(ring + h.ring_off_count).map_err(Absent::Read)?;
-        for k in after.saturating_sub(cap).max(count.saturating_sub(cap))..count {
-            let at = ((k % cap) * h.event_size) as usize;
-            ev.copy_from_slice(&raw[at..at + h.event_size as usize]);
+        // Slots are copied newest first, a piece at a time, and the count read again after
+        // each piece: a slot the events claimed since then can have reached is not believed. A
+        // busy process laps a large ring during one long copy, which would leave no event
+        // believable; the newest piece, copied first and quickly, stays so.
+        let es = h.event_size as usize;
+        let piece_bytes = (PIECE.min(cap) * h.event_size) as usize;
+        let lo = count.saturating_sub(cap);
+        let mut hi = count;
+        let mut pieces = Vec::new();
+        while hi > lo {
+            let mut raw = vec![0u8; piece_bytes];
+            let from = hi.saturating_sub(PIECE).max(lo);
+            let n = (hi - from) as usize;
+            // The piece's slots in ring order, in at most two runs (it may wrap).
+            let (a, b) = (from % cap, (hi - 1) % cap);
+            let runs = if a <= b {
+                [(a, n), (0, 0)]
+            } else {
+                [(a, (cap - a) as usize), (0, (b + 1) as usize)]
+            };
+            let mut at = 0;
+            for (slot, len) in runs.into_iter().filter(|r| r.1 > 0) {
+                let addr = ring + h.ring_off_events + slot * h.event_size;
+                mem.read_fresh(addr, &mut raw[at * es..(at + len) * es])
+                    .map_err(Absent::Read)?;
+                at += len;
+            }
+            let after = mem.u64_fresh(ring + h.ring_off_count).map_err(Absent::Read)?;
+            let sound = after.saturating_sub(cap).max(from);
+            pieces.push((from, sound..hi, raw));
+            if sound > from {
+                break;
+            }
+            hi = from;
+        }
+        let slots = pieces.iter().flat_map(|(from, ks, raw)| {
+            ks.clone()
+                .map(move |k| (k, &raw[((k - from) as usize) * es..][..es]))
+        });
+        for (k, slot) in slots {
+            ev.copy_from_slice(slot);
             let u64_at =
                 |off: u64| u64::from_le_bytes(ev[off as usize..off as usize + 8].try_into().unwrap());
             let u32_at =
