@@ -23,7 +23,7 @@ use crate::analysis::carried::{self, Carried};
 use crate::analysis::descriptor;
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
-use crate::model::heap::Heap;
+use crate::model::heap::{Heap, Within};
 use crate::source::elf::ElfObject;
 use crate::source::history;
 use crate::source::image::Image;
@@ -414,7 +414,8 @@ fn carried_roots(mem: &dyn Memory, t: &Thread, own: &Loaded, heap: &Heap) -> Vec
     let own_word = |w: usize| own.contains(w as u64);
     let mut c = Carried::new(t.reg("rip").is_some_and(|pc| own.contains(pc)));
     c.near(&near, own_word);
-    let block_at = |a: usize| heap.blocks.binary_search_by_key(&(a as u64), |b| b.addr).is_ok();
+    let block_at =
+        |a: usize| matches!(heap.find(a as u64), Some((i, Within::Block)) if heap.blocks[i].addr == a as u64);
     c.look(&regs, heap.header_size as usize, block_at);
     c.look(&near, heap.header_size as usize, block_at);
     c.found()
