@@ -1,5 +1,5 @@
 // C++ allocation: new/delete, new[]/delete[], sized and nothrow forms, over-aligned types
-// (C++17 aligned new), std::bad_alloc for impossible sizes, and string/vector/map churn across
+// (C++17 aligned new), std::bad_alloc for impossible sizes after the new-handler gives up, and string/vector/map churn across
 // threads. Prints checksums and counts only.
 // build: -std=c++17
 #include <cstdint>
@@ -101,9 +101,34 @@ static void aligned_new()
     std::printf("aligned new: done\n");
 }
 
+static int handler_calls;
+
+// A new-handler that gives up on its second call, as one that found nothing more to release.
+static void give_up_on_second()
+{
+    if (++handler_calls == 2)
+        std::set_new_handler(nullptr);
+}
+
 static void bad_alloc()
 {
     int thrown = 0;
+    // A failed new asks the handler, tries again, and throws once there is no handler.
+    static volatile std::size_t impossible = SIZE_MAX / 2;
+    std::set_new_handler(give_up_on_second);
+    try {
+        char *p = new char[impossible];
+        std::printf("FAIL new of an impossible size returned %p\n", static_cast<void *>(p));
+        failures++;
+    } catch (const std::bad_alloc &) {
+        CHECK(handler_calls == 2, "new-handler asked until it gave up");
+    }
+    // The nothrow forms ask the handler too, and return null when it gives up.
+    handler_calls = 0;
+    std::set_new_handler(give_up_on_second);
+    void *q = ::operator new(impossible, std::nothrow);
+    CHECK(q == nullptr && handler_calls == 2, "nothrow new asks the new-handler until it gives up");
+    std::printf("new-handler asked %d times\n", handler_calls);
     for (std::size_t n : {SIZE_MAX / 2, SIZE_MAX - 64, std::size_t(1) << 60}) {
         try {
             char *p = new char[n];

@@ -27,15 +27,25 @@ fn cxx_symbol(name: &core::ffi::CStr) -> *mut c_void {
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
 }
 
-/// The loop every allocating operator runs: allocate, and on failure ask the new-handler.
+/// What every allocating operator runs: the block, as malloc makes it (inlined into each
+/// operator, so C++ allocations cost what malloc's do), or on failure the new-handler loop.
 /// Returns null only for the nothrow forms.
-unsafe fn new_impl(size: usize, align: usize, nothrow: bool, from: Origin) -> *mut c_void {
+#[inline(always)]
+fn new_impl(size: usize, align: usize, nothrow: bool, from: Origin) -> *mut c_void {
     let log2 = if align <= 16 { 0 } else { align.trailing_zeros() };
+    let p = engine::allocate(size, log2, false, from);
+    if !p.is_null() {
+        return p.cast();
+    }
+    new_failed(size, log2, nothrow, from)
+}
+
+/// The standard's loop after a failed allocation: ask the new-handler, try again, until one
+/// succeeds or there is no handler.
+#[cold]
+#[inline(never)]
+fn new_failed(size: usize, log2: u32, nothrow: bool, from: Origin) -> *mut c_void {
     loop {
-        let p = engine::allocate(size, log2, false, from);
-        if !p.is_null() {
-            return p.cast();
-        }
         let get = cxx_symbol(c"_ZSt15get_new_handlerv");
         let handler: Option<Handler> = if get.is_null() {
             None
@@ -49,6 +59,10 @@ unsafe fn new_impl(size: usize, align: usize, nothrow: bool, from: Origin) -> *m
             Some(h) => unsafe { h() },
             None if nothrow => return core::ptr::null_mut(),
             None => throw_bad_alloc(),
+        }
+        let p = engine::allocate(size, log2, false, from);
+        if !p.is_null() {
+            return p.cast();
         }
     }
 }
@@ -69,8 +83,7 @@ macro_rules! new_ops {
         /// The C++ contract of this `operator new` form.
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> *mut c_void {
-            // SAFETY: forwarded under the same contract.
-            let p = unsafe { new_impl($size, $align, $nothrow, unwind::here()) };
+            let p = new_impl($size, $align, $nothrow, unwind::here());
             // The stack walk reads this frame: keep the call above from becoming a tail call.
             core::hint::black_box(p)
         }
