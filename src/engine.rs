@@ -95,9 +95,11 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
     let opts = options::get();
     // SAFETY: the caller hands us exclusive use of the header slot.
     let h = unsafe { &mut *hdr };
+    // Found once for the thread id, the walk and the list.
+    let cur = thread::current();
     // `lists::link` writes the list's index.
     h.size_word = Header::pack_size_word(size, 0, align_log2);
-    h.tid = thread::tid();
+    h.tid = cur.tid();
     h.magic = header::MAGIC_LIVE;
     if opts.record {
         let hint = match stack {
@@ -105,13 +107,13 @@ unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) 
                 h.frames = *f;
                 hint
             }
-            Stack::From(from) => record(thread::current(), from, &mut h.frames),
+            Stack::From(from) => record(cur, from, &mut h.frames),
         };
         if opts.count_allocs {
             stack_counts::allocated(hint, h, header::to_user(hdr));
         }
         // SAFETY: the header is fully written and on no list.
-        bootstrap::give_back(unsafe { lists::link(hdr) });
+        bootstrap::give_back(unsafe { lists::link(cur, hdr) });
         if opts.history_allocs && history_on() {
             remember_alloc(h, hdr);
         }

@@ -470,14 +470,15 @@ fn under_lock<R>(i: usize, mine: bool, f: impl FnOnce(&List) -> R) -> Option<R> 
     Some(f(l))
 }
 
-/// Puts a fully written header at the head of the calling thread's list, writing the list's
-/// index in its size word. Returns blocks other threads handed over, for the caller to free.
+/// Puts a fully written header at the head of the calling thread's list (`cur` is its area),
+/// writing the list's index in its size word. Returns blocks other threads handed over, for the
+/// caller to free.
 ///
 /// # Safety
 /// `hdr` must point to a writable header that is on no list.
 #[inline(always)]
-pub unsafe fn link(hdr: *mut Header) -> Drained {
-    let (mut i, mut mine) = home();
+pub unsafe fn link(cur: thread::Current, hdr: *mut Header) -> Drained {
+    let (mut i, mut mine) = home_of(cur);
     loop {
         // SAFETY: the caller hands us a header that is on no list.
         unsafe { (*hdr).set_list(i) };
@@ -625,7 +626,7 @@ pub unsafe fn restore(hdr: *mut Header) -> Drained {
     // SAFETY: we hold the claim, so the header is ours alone until it is live again; it is
     // linked before it reads as live, so a (wrong) concurrent free meets a freed block.
     unsafe {
-        let d = link(hdr);
+        let d = link(thread::current(), hdr);
         header::magic(hdr).store(MAGIC_LIVE, Ordering::Release);
         d
     }
