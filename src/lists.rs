@@ -529,31 +529,15 @@ pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refuse
     }
     let l = &LISTS[i];
     let mine = thread::home() == Some((i, true));
-    let op = |l: &List| {
-        // The owner alone (or the lock holder) changes the magic of a block on the list from
-        // live, except for a thread handing it over, which does so with a compare-and-swap:
-        // look again now.
-        let seen = magic.load(Ordering::Relaxed);
-        if seen != MAGIC_LIVE {
-            return Err(Refused::Magic(seen));
-        }
-        let d = drain(l);
-        // The magic changes inside the bracket: a reader that saw the same even counter on
-        // both sides of its walk must never meet a freed header still linked.
-        changing(l);
-        magic.store(MAGIC_FREED, Ordering::Relaxed);
-        // SAFETY: the header is live, so it is on this list, which this thread changes.
-        unsafe { unlink(l, hdr, true) };
-        changed(l);
-        Ok(Claimed::Mine(d))
-    };
     if mine && enter_owned(l) {
-        let r = op(l);
+        // SAFETY: this thread changes the list it owns; the header was live on it.
+        let r = unsafe { take_claimed(l, hdr) };
         leave_owned(l);
         return r;
     }
     if l.mode.load(Ordering::Acquire) != OWNED || mine {
-        if let Some(r) = under_lock(i, mine, op) {
+        // SAFETY: as above, under the list's lock.
+        if let Some(r) = under_lock(i, mine, |l| unsafe { take_claimed(l, hdr) }) {
             return r;
         }
     }
@@ -561,6 +545,34 @@ pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refuse
         return Err(Refused::Elsewhere);
     }
     hand(l, hdr)
+}
+
+/// `claim`'s change of list `l`, which the caller may change (its owner, or the lock holder):
+/// the block is freed and unlinked, unless it stopped being live meanwhile. Inlined into the
+/// owner's path, which is every free of a thread's own block.
+///
+/// # Safety
+/// `hdr` is an accessible header whose list index is `l`'s, and no other thread changes `l`.
+#[inline(always)]
+unsafe fn take_claimed(l: &List, hdr: *mut Header) -> Result<Claimed, Refused> {
+    // SAFETY: the caller guarantees an accessible header.
+    let magic = unsafe { header::magic(hdr) };
+    // The owner alone (or the lock holder) changes the magic of a block on the list from live,
+    // except for a thread handing it over, which does so with a compare-and-swap: look again
+    // now.
+    let seen = magic.load(Ordering::Relaxed);
+    if seen != MAGIC_LIVE {
+        return Err(Refused::Magic(seen));
+    }
+    let d = drain(l);
+    // The magic changes inside the bracket: a reader that saw the same even counter on both
+    // sides of its walk must never meet a freed header still linked.
+    changing(l);
+    magic.store(MAGIC_FREED, Ordering::Relaxed);
+    // SAFETY: the header is live, so it is on this list, which this thread changes.
+    unsafe { unlink(l, hdr, true) };
+    changed(l);
+    Ok(Claimed::Mine(d))
 }
 
 /// Hands a live block on a list another thread owns to that owner.
