@@ -13,7 +13,7 @@ Tools, each run only when installed:
   dmem-nostacks    the same with DMEM_OPTS=no-log-allocs: headers but no stacks and no lists, which
                    tells the unwinder's share of the cost from the rest
   dmem-history     the same with DMEM_OPTS=history=4096: the free history on, each free also
-                   walking its stack and writing a 200-byte event
+                   walking its stack and writing a 208-byte event
   dmem-backtrace   the same with DMEM_OPTS=unwinder=backtrace (_Unwind_Backtrace per allocation)
   header-floor     c-fixtures/libheader_floor.c: only the 112 bytes of room in front of every
                    block, nothing written or recorded; what the layout alone costs
