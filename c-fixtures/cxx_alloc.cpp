@@ -1,6 +1,6 @@
 // C++ allocation: new/delete, new[]/delete[], sized and nothrow forms, over-aligned types
-// (C++17 aligned new), std::bad_alloc for impossible sizes after the new-handler gives up, and string/vector/map churn across
-// threads. Prints checksums and counts only.
+// (C++17 aligned new), the new-handler and std::bad_alloc for impossible sizes, and
+// string/vector/map churn across threads. Prints checksums and counts only.
 // build: -std=c++17
 #include <cstdint>
 #include <cstdio>
