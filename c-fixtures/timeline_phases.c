@@ -130,7 +130,10 @@ main(int argc, char **argv)
         }
         if (last)
             break;
-        pause_ms(2);
+        /* Steps 20 ms apart: `dmem record` reads the list without stopping the process, and a
+         * read that a free in the middle of the list cuts short, four times over, would keep
+         * only its newer part (a loaded reader took longer than 2 ms steps left it). */
+        pause_ms(20);
     }
     printf("done\n");
     fflush(stdout);
