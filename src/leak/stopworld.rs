@@ -481,9 +481,6 @@ fn task_exited(tid: u32) -> bool {
     matches!(state, Some(b'Z') | Some(b'X'))
 }
 
-/// The stack pointer of thread `tid` as /proc/self/task/TID/syscall shows it: the next-to-last
-/// field when the thread is blocked ("NR args... sp pc", or "-1 sp pc"); None while it runs.
-/// Err when the thread no longer exists.
 /// Whether thread `tid` blocks signal `sig`, by its `SigBlk` line in /proc; a thread that is gone
 /// or unreadable counts as blocking it (nothing to wait for).
 fn blocks_signal(tid: u32, sig: c_int) -> bool {
@@ -501,6 +498,9 @@ fn blocks_signal(tid: u32, sig: c_int) -> bool {
     mask.is_none_or(|m| m >> (sig - 1) & 1 == 1)
 }
 
+/// The stack pointer of thread `tid` as /proc/self/task/TID/syscall shows it: the next-to-last
+/// field when the thread is blocked ("NR args... sp pc", or "-1 sp pc"); None while it runs.
+/// Err when the thread no longer exists.
 fn syscall_sp(tid: u32) -> Result<Option<usize>, ()> {
     let mut path = [0u8; 64];
     let len = task_file(tid, b"syscall", &mut path);

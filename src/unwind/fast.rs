@@ -331,9 +331,9 @@ const LOCAL_INIT: Local = Local {
 #[inline(always)]
 unsafe fn local<'a>(area: *mut tls::Area) -> &'a mut Local {
     // SAFETY: the area is this thread's own (the caller's word), its walker room holds a `Local`
-    // (asserted above), and the caller guarantees no other reference to it. Only `ready` is read before the room
-    // is known to hold a whole `Local`: a bool, whose zero (the fresh area's) is false, and
-    // which is true only once the room was written with a whole `Local`.
+    // (asserted above), and the caller guarantees no other reference to it. Only `ready` is read
+    // before the room is known to hold a whole `Local`: a bool, whose zero (the fresh area's) is
+    // false, and which is true only once the room was written with a whole `Local`.
     unsafe {
         let at = (*area).walker.as_mut_ptr().cast::<Local>();
         if !core::ptr::addr_of!((*at).ready).read() {
@@ -467,9 +467,9 @@ pub fn here() -> Origin {
 }
 
 /// Fills `out` with return addresses, innermost first, from the frame `from` was taken in on the
-/// calling thread, whose TLS area is `area`,
-/// skipping the leading ones for which `skip` is true (libdmem's own frames), and zeroes the
-/// entries past the last frame found; returns what the per-stack counts need of the stack.
+/// calling thread, whose TLS area is `area`, skipping the leading ones for which `skip` is true
+/// (libdmem's own frames), and zeroes the entries past the last frame found; returns what the
+/// per-stack counts need of the stack.
 /// Returns a hint of key 0 (no key is), having written nothing, when the walk cannot be bounded
 /// to this thread's stack; the caller then uses another unwinder.
 ///
