@@ -1,4 +1,4 @@
-//! `DMEM_OPTS`: one table drives the parser, the `help` text and the README's options table.
+//! `DMEM_OPTS`: one table drives the parser, the `help` text and docs/options.md's table.
 //!
 //! Parsing happens once at start-up, before the real allocator is known, so it allocates nothing:
 //! it walks the environment string in place and copies the one string-valued option into a
@@ -91,7 +91,7 @@ struct Spec {
     help: &'static str,
 }
 
-/// The options, in the order `help` and the README list them.
+/// The options, in the order `help` and docs/options.md list them.
 static TABLE: &[Spec] = &[
     Spec {
         name: "trace-stderr",

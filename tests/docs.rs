@@ -1,7 +1,8 @@
-//! The README keeps up with the tree: its options table is the one the library prints for
-//! `DMEM_OPTS=help` (both come from the options table in src/options.rs), and its file map names
-//! every file of the library, the analysis, the launcher, the gdb side and the benches; every test
-//! file is a test target of the launcher's package.
+//! The documentation keeps up with the tree: docs/options.md's table is the one the library
+//! prints for `DMEM_OPTS=help` (both come from the options table in src/options.rs),
+//! docs/architecture.md's file map names every file of the library, the analysis, the launcher,
+//! the gdb side and the benches, the README's demo transcript is what `dmem demo` prints, and
+//! every test file is a test target of the launcher's package.
 
 mod common;
 
@@ -27,13 +28,13 @@ fn help_rows() -> Vec<(String, String)> {
 }
 
 #[test]
-fn readme_options_table_matches_help() {
-    let readme = std::fs::read_to_string(common::top().join("README.md")).unwrap();
-    let section = readme
+fn options_page_table_matches_help() {
+    let page = std::fs::read_to_string(common::top().join("docs/options.md")).unwrap();
+    let section = page
         .split("<!-- options-table -->")
         .nth(1)
         .and_then(|rest| rest.split("<!-- /options-table -->").next())
-        .expect("README has no <!-- options-table --> section");
+        .expect("docs/options.md has no <!-- options-table --> section");
     let table: Vec<(String, String)> = section
         .lines()
         .filter_map(|l| {
@@ -48,7 +49,7 @@ fn readme_options_table_matches_help() {
     assert_eq!(
         table,
         help_rows(),
-        "README's options table differs from DMEM_OPTS=help"
+        "docs/options.md's options table differs from DMEM_OPTS=help"
     );
 }
 
@@ -72,20 +73,20 @@ fn files_under(root: &Path, dir: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The README's file map ("Where things are") names every file under `src/`, `analysis/`,
+/// docs/architecture.md's file map ("Where things are") names every file under `src/`, `analysis/`,
 /// `launcher/`, `gdb/` and `bench/`, every test file and script at the top of `tests/`, and the folders of helpers beside them.
 /// A file counts as named when a code span in that section is a trailing part of its path long
 /// enough to name it alone in the tree: `exports.rs` names src/exports.rs, while two `mod.rs`
 /// files need `unwind/mod.rs` and `leak/mod.rs`.
 #[test]
-fn readme_file_map_names_every_file() {
+fn architecture_file_map_names_every_file() {
     let root = common::top();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let section = readme
-        .split("### Where things are")
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let section = page
+        .split("## Where things are")
         .nth(1)
         .map(|rest| rest.split("\n## ").next().unwrap_or(rest))
-        .expect("README has no 'Where things are' section");
+        .expect("docs/architecture.md has no 'Where things are' section");
     let spans: Vec<&str> = section.split('`').skip(1).step_by(2).collect();
 
     let mut files = Vec::new();
@@ -105,7 +106,7 @@ fn readme_file_map_names_every_file() {
     {
         assert!(
             spans.contains(&dir.as_str()),
-            "README's file map does not name the folder {dir}"
+            "docs/architecture.md's file map does not name the folder {dir}"
         );
     }
     files.extend(top);
@@ -127,7 +128,7 @@ fn readme_file_map_names_every_file() {
         .collect();
     assert!(
         missing.is_empty(),
-        "README's file map does not name these files (by a part of the path that names them alone): {missing:?}"
+        "docs/architecture.md's file map does not name these files (by a part of the path that names them alone): {missing:?}"
     );
 }
 
