@@ -132,11 +132,42 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
         crate::lists::try_lock_all_within(LISTS_WAIT_NS);
         crate::own_heap::discard_emergency();
         scrub_stack();
-        // SAFETY: abort never returns; the kernel then writes a core holding exactly the blocks
-        // never freed.
-        unsafe { libc::abort() };
+        // The kernel writes a core holding exactly the blocks never freed: SIGABRT at its default
+        // action, whatever handler the program installed for its own aborts.
+        die(libc::SIGABRT, false);
     }
     exit_now(code)
+}
+
+/// Ends the process of `sig`: the default action is back (SA_RESETHAND, or set here), so a fault
+/// returns to the faulting instruction and an asynchronous signal is raised again and unblocked.
+/// `abort-shutdown`'s abort comes here too, with SIGABRT: the program's own SIGABRT handler is
+/// for its own aborts, and one that allocates (while the lists are held for the core), blocks,
+/// calls `_exit` or jumps away would leave no core.
+pub fn die(sig: libc::c_int, fault: bool) {
+    // The default action may write a core: it must not hold the report's copies (a vfork
+    // child's memory is its parent's, whose they would be).
+    if !in_shared_memory_child() {
+        crate::own_heap::discard_emergency();
+    }
+    // SAFETY: setting the default action, raising the signal at this thread and unblocking it:
+    // plain system calls on valid arguments.
+    unsafe {
+        let mut dfl: libc::sigaction = core::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        crate::next::real_sigaction(sig, &dfl, core::ptr::null_mut());
+        if fault {
+            return;
+        }
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), crate::thread::gettid(), sig);
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
+    // A signal the process blocks everywhere else, or one that did not kill: end it the way a
+    // signal would be seen, 128 + the signal.
+    exit_now(128 + sig)
 }
 
 /// Zeroes the stack below this frame. The leak report's frames left block addresses in dead

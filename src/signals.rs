@@ -88,14 +88,14 @@ fn is_fault(sig: c_int, info: *const libc::siginfo_t) -> bool {
 extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let fault = is_fault(sig, info);
     if finish::in_shared_memory_child() {
-        die(sig, fault);
+        finish::die(sig, fault);
         return;
     }
     match finish::finisher() {
         Finisher::This => {}
         // abort-shutdown's abort, a bad free's, or a crash inside the report itself.
         Finisher::Again => {
-            die(sig, fault);
+            finish::die(sig, fault);
             return;
         }
         Finisher::Other => finish::wait_for_the_end(),
@@ -108,7 +108,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
             crate::sink::stderr()
                 .str("dmem: the program crashed inside the allocator; no leak report\n")
                 .flush();
-            die(sig, fault);
+            finish::die(sig, fault);
             return;
         }
         // Finish the link or unlink first: the report runs when this thread leaves it.
@@ -118,7 +118,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     }
     lists::unlock_all();
     finish::report(0, Way::Signal, &Entry::capture());
-    die(sig, fault);
+    finish::die(sig, fault);
 }
 
 /// The report the handler deferred, run by the thread that leaves the allocator first
@@ -128,35 +128,7 @@ fn run_deferred(sig: c_int) {
     // here first does as well, on behalf of the one that took the signal.
     arm_watchdog(REPORT_SECONDS);
     finish::report(0, Way::Signal, &Entry::capture());
-    die(sig, false);
-}
-
-/// Ends the process of `sig`: the default action is back (SA_RESETHAND, or set here), so a fault
-/// returns to the faulting instruction and an asynchronous signal is raised again and unblocked.
-fn die(sig: c_int, fault: bool) {
-    // The default action may write a core: it must not hold the report's copies (a vfork
-    // child's memory is its parent's, whose they would be).
-    if !finish::in_shared_memory_child() {
-        own_heap::discard_emergency();
-    }
-    // SAFETY: setting the default action, raising the signal at this thread and unblocking it:
-    // plain system calls on valid arguments.
-    unsafe {
-        let mut dfl: libc::sigaction = core::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        real_sigaction(sig, &dfl, core::ptr::null_mut());
-        if fault {
-            return;
-        }
-        libc::syscall(libc::SYS_tgkill, libc::getpid(), crate::thread::gettid(), sig);
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
-    }
-    // A signal the process blocks everywhere else, or one that did not kill: end it the way a
-    // signal would be seen, 128 + the signal.
-    finish::exit_now(128 + sig)
+    finish::die(sig, false);
 }
 
 /// After `seconds`, SIGALRM ends the process with the signal it is dying of, report or not.
@@ -191,7 +163,7 @@ extern "C" fn on_watchdog(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
     crate::sink::stderr()
         .str("dmem: the leak report did not finish in time; ending the process without it\n")
         .flush();
-    die(DYING_OF.load(Ordering::Relaxed), false);
+    finish::die(DYING_OF.load(Ordering::Relaxed), false);
 }
 
 /// Whether `leak-report` asks for the handlers: the constructor's question.
