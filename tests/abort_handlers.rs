@@ -31,7 +31,10 @@ fn abort_shutdown_leaves_a_core_whatever_the_programs_sigabrt_handler_does() {
         let core = reported_core(&err).unwrap_or_else(|| panic!("{kind}: no core named:\n{err}"));
         assert!(core.is_file(), "{kind}: {} is not a file:\n{err}", core.display());
         // The handler did not run: it would have written its line, or ended with 7 or 9.
-        assert!(!err.contains("handler: SIGABRT"), "{kind}: the program's handler ran:\n{err}");
+        assert!(
+            !err.contains("handler: SIGABRT"),
+            "{kind}: the program's handler ran:\n{err}"
+        );
 
         let leaks = run_limited(dmem().arg("leaks").arg(&prog).arg(&core), LIMIT);
         let report = text(&leaks.stdout);
@@ -52,7 +55,10 @@ fn the_programs_own_abort_still_runs_its_handler_as_bare() {
         // Under abort-shutdown the handler's way out (_exit, main's return after the jump) is
         // itself a way out that ends in the library's abort: SIGABRT, after the handler ran.
         for opts in ["", "leak-report", "abort-shutdown"] {
-            let got = run_limited(no_cores(&mut with_dmem(&prog, &[kind, "abort"], opts, None)), LIMIT);
+            let got = run_limited(
+                no_cores(&mut with_dmem(&prog, &[kind, "abort"], opts, None)),
+                LIMIT,
+            );
             let ending = (got.status.code(), got.status.signal());
             let expected = if opts == "abort-shutdown" {
                 (None, Some(libc::SIGABRT))
