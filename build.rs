@@ -35,9 +35,37 @@ fn main() {
             .opt_level(2)
             .warnings(true)
             .compile("dmem_tls_area");
+        unwinder_inside();
         return;
     }
     fixtures();
+}
+
+/// Links GCC's unwinder (`libgcc_eh.a`, the static half of libgcc) into the library, so that
+/// preloading it brings no `libgcc_s.so.1` into a process that had none: a library loaded only
+/// because of libdmem changes what the program's later `dlopen`s allocate, and the program's link
+/// map should be its own plus libdmem.so. Whole, so that the standard library's references
+/// (linked after this archive) are resolved by it and the linker's `--as-needed` drops the
+/// `libgcc_s` that the standard library asks for; rustc's version script keeps every one of its
+/// symbols local, so the program's own unwinder is untouched.
+fn unwinder_inside() {
+    let compiler = cc::Build::new().get_compiler();
+    let Ok(out) = std::process::Command::new(compiler.path())
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+    else {
+        return;
+    };
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    // A bare name back means the compiler has no such archive: keep the shared unwinder.
+    let Some(dir) = path
+        .parent()
+        .filter(|d| path.is_absolute() && !d.as_os_str().is_empty())
+    else {
+        return;
+    };
+    println!("cargo:rustc-link-search=native={}", dir.display());
+    println!("cargo:rustc-link-lib=static:+whole-archive,-bundle=gcc_eh");
 }
 
 fn fixtures() {

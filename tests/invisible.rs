@@ -492,3 +492,35 @@ fn make_runs_its_children_under_dmem_run_with_abort_shutdown() {
     let files = std::fs::read_dir(&reports).unwrap().count();
     assert!(files >= 3, "{files} report files in {}", reports.display());
 }
+
+/// The objects mapped in a program's memory, by path, from what it reads in /proc/self/maps.
+fn mapped_objects(out: &Output) -> std::collections::BTreeSet<String> {
+    stdout(out)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.starts_with('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_preloaded_link_map_is_the_bare_one_plus_libdmem() {
+    // cat reads its own maps: what the loader mapped for it, with no dlopen of its own.
+    for opts in ["", "leak-report", "unwinder=backtrace"] {
+        let want = run_limited(&mut bare("cat", &["/proc/self/maps"]), LIMIT);
+        let got = run_limited(&mut with_dmem("cat", &["/proc/self/maps"], opts, None), LIMIT);
+        assert!(got.status.success(), "{opts:?}: {}", status_text(&got.status));
+        let (want, got) = (mapped_objects(&want), mapped_objects(&got));
+        let extra: Vec<&String> = got.difference(&want).collect();
+        let lib = std::fs::canonicalize(lib_path()).unwrap();
+        assert!(
+            extra.iter().all(|p| Path::new(p) == lib),
+            "{opts:?}: objects mapped only when preloaded, besides libdmem.so: {extra:?}"
+        );
+        assert!(
+            want.is_subset(&got),
+            "{opts:?}: the bare run maps what the preloaded one does not: {:?}",
+            want.difference(&got).collect::<Vec<_>>()
+        );
+    }
+}
