@@ -308,6 +308,8 @@ fn status_of(url: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// Starts debuginfod on `files` and waits until it serves `ready` (`BUILDID/executable` or
+/// `BUILDID/debuginfo`).
 fn debuginfod(dir: &Path, files: &Path, ready: &str) -> Server {
     let port = free_port();
     let child = Command::new("debuginfod")
@@ -328,7 +330,7 @@ fn debuginfod(dir: &Path, files: &Path, ready: &str) -> Server {
     };
     // Ready when it has scanned the directory and serves the file asked for.
     let t = Instant::now();
-    let probe = format!("{}/buildid/{ready}/executable", server.url);
+    let probe = format!("{}/buildid/{ready}", server.url);
     while status_of(&probe) != 200 {
         assert!(
             t.elapsed() < Duration::from_secs(120),
@@ -348,7 +350,8 @@ fn a_debuginfod_server_gives_the_files_by_build_id() {
     }
     let dir = common::scratch_dir("buildid-debuginfod");
     let (a, core) = core_then_rebuild(&dir);
-    let server = debuginfod(&dir, a.prog.parent().unwrap(), &build_id(&a.prog));
+    let ready = format!("{}/executable", build_id(&a.prog));
+    let server = debuginfod(&dir, a.prog.parent().unwrap(), &ready);
     let cache = dir.join("cache");
     let url = PathBuf::from(&server.url);
     let env = [
@@ -370,6 +373,51 @@ fn a_debuginfod_server_gives_the_files_by_build_id() {
     drop(server);
     let (out, err) = stacks(&[], &[&dir.join("prog"), &core], &env);
     assert_named_from_a(&out, &err);
+}
+
+/// A stripped program rebuilt after its core, whose debug file alone a debuginfod server has:
+/// its functions and lines come from that file, laid out by the core's own copy of the
+/// program's headers.
+#[test]
+fn a_debuginfod_server_gives_the_debug_file_of_a_stripped_program() {
+    if !common::have_tool("debuginfod") || !common::have_tool("objcopy") {
+        return;
+    }
+    let dir = common::scratch_dir("buildid-debuginfo");
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let a = build(&dir, PROG_A, LIB_A);
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let o = common::output(Command::new("objcopy").args(args));
+        assert!(
+            o.status.success(),
+            "objcopy {args:?}: {}",
+            common::text(&o.stderr)
+        );
+    };
+    let debug = served.join("prog.debug");
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        a.prog.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    objcopy(&["--strip-all".as_ref(), a.prog.as_os_str()]);
+    std::fs::copy(&a.lib, served.join("libbid.so")).unwrap();
+    let id = build_id(&a.prog);
+    assert_eq!(build_id(&debug), id);
+    let core = common::make_core(&dir, &a.prog, &[], "abort-shutdown", &common::lib_path());
+    build(&dir, PROG_B, LIB_B);
+    let server = debuginfod(&dir, &served, &format!("{id}/debuginfo"));
+    let cache = dir.join("cache");
+    let url = PathBuf::from(&server.url);
+    let env = [
+        ("DEBUGINFOD_URLS", url.as_path()),
+        ("DEBUGINFOD_CACHE_PATH", cache.as_path()),
+    ];
+    let (out, err) = stacks(&[], &[&dir.join("prog"), &core], &env);
+    assert_named_from_a(&out, &err);
+    assert!(err.contains("named from its debug file"), "{err}");
+    assert!(cache.join(&id).join("debuginfo").is_file());
 }
 
 /// A running process whose program and library were removed and rebuilt on disk: read through
