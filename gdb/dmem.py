@@ -57,6 +57,14 @@ def _core_file():
     return m.group(1) if m else None
 
 
+def _sysroot():
+    """gdb's `set sysroot`, where the core's files are looked up first."""
+    try:
+        return gdb.parameter("sysroot") or None
+    except (gdb.error, RuntimeError):
+        return None
+
+
 def _threads():
     """(tid, {register: value}) of every thread of the selected inferior, as gdb sees them."""
     selected = gdb.selected_thread()
@@ -85,7 +93,7 @@ def _answer(command, words, address=None):
     core = _core_file()
     program = gdb.current_progspace().filename
     if core:
-        image = engine.image_args(core=core, program=program)
+        image = engine.image_args(core=core, program=program, sysroot=_sysroot())
         out, err = engine.run(engine.command_line(binary, command, words, image, address))
     elif inferior.pid:
         threads = _threads()

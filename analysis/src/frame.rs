@@ -17,7 +17,9 @@ pub struct Frame {
     /// it generates: a function's symbol, mangled; an inlined function's name as the debug info
     /// gives it (DW_AT_name: unqualified, no parameters). See `valgrind_name`.
     pub symbol: Option<String>,
-    /// How far `pc` lies into the function's symbol, when the symbol table knows it.
+    /// How far `pc` lies into the function's symbol, when the symbol table knows it; with no
+    /// function, how far into its object's file (a file of another build than the one mapped,
+    /// whose names would be wrong).
     pub offset: Option<u64>,
     /// The source file as the debug info names it, with its directory when it has one.
     pub file: Option<String>,
@@ -40,7 +42,11 @@ impl Frame {
                 Some(o) if !self.inlined => format!("{name}+{o:#x}"),
                 _ => name.clone(),
             },
-            None => format!("{:#x}", self.pc),
+            None => match (self.offset, self.object.as_deref().and_then(Path::file_name)) {
+                // `file+offset`: the object's name says where, so it is not repeated.
+                (Some(o), Some(name)) => return format!("{}+{o:#x}", name.to_string_lossy()),
+                _ => format!("{:#x}", self.pc),
+            },
         };
         if let Some(file) = &self.file {
             let file = Path::new(file)

@@ -106,10 +106,13 @@ def folded_words(words, usage, value_options):
     return out + ["--output", os.path.expanduser(files[0])]
 
 
-def image_args(core=None, program=None, pid=None, registers_file=None):
-    """The engine's words for what gdb has open: PROG CORE, or PID with --registers."""
+def image_args(core=None, program=None, pid=None, registers_file=None, sysroot=None):
+    """The engine's words for what gdb has open: PROG CORE, or PID with --registers. A core's
+    files are looked up under gdb's sysroot first, when it names a directory of this machine
+    (not gdb's default, the target's own files)."""
     if core:
-        return ([program] if program else []) + [core]
+        local = sysroot and not sysroot.startswith(("target:", "remote:"))
+        return (["--sysroot", sysroot] if local else []) + ([program] if program else []) + [core]
     if pid:
         return ["--registers", registers_file, str(pid)]
     raise DmemError("no process or core file: open a core (gdb PROG CORE) or attach to a process "

@@ -20,7 +20,9 @@ const MAIN_AFTER: &str = "\
 Environment:
   DMEM_LIB         the libdmem.so to preload instead of the one that came with dmem
   DMEM_GDB_SCRIPT  the gdb script (dmem.py) to use instead of the one that came with dmem
-  DMEM_OPTS        the library's options when -o is not given; DMEM_OPTS=help lists them";
+  DMEM_OPTS        the library's options when -o is not given; DMEM_OPTS=help lists them
+  DEBUGINFOD_URLS  debuginfod servers to fetch a core's files from by build id (and
+                   DEBUGINFOD_CACHE_PATH, _TIMEOUT, _MAXTIME, _MAXSIZE, as elfutils reads them)";
 
 /// dmem: see what a program's heap holds, and where every block came from, in a core file or
 /// in the running process
@@ -37,6 +39,12 @@ Environment:
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Where the files a core mapped are looked for first, under the paths the core gives
+    /// them (a customer's tree, as gdb's 'set sysroot'); each file is used only when its build
+    /// id is the core's, else looked up in /usr/lib/debug/.build-id and on the debuginfod
+    /// servers of $DEBUGINFOD_URLS
+    #[arg(long, global = true, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
     /// The subcommand's name, for messages.
     #[arg(skip)]
     pub name: String,
@@ -977,6 +985,7 @@ mod tests {
         let Ok(Cli {
             command: Command::Walk(w),
             name,
+            ..
         }) = parse_words(&["walk_alloc_entries", "42"])
         else {
             panic!("walk_alloc_entries did not parse");

@@ -66,6 +66,13 @@ fn main() {
     let status = match cli::parse(args) {
         Ok(cli) => {
             let name = cli.name;
+            if let Some(dir) = cli.sysroot {
+                if !dir.is_dir() {
+                    eprintln!("dmem {name}: --sysroot {}: no such directory", cli::show(&dir));
+                    std::process::exit(2);
+                }
+                source::files::set_sysroot(dir);
+            }
             match dispatch(cli.command) {
                 Ok(status) => status,
                 Err(fail) => {
@@ -123,7 +130,12 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Report(a) => {
             let words = commands::report::rewrite(&a.words)?;
             match cli::parse(words) {
-                Ok(cli) => dispatch(cli.command),
+                Ok(cli) => {
+                    if let Some(dir) = cli.sysroot {
+                        source::files::set_sysroot(dir);
+                    }
+                    dispatch(cli.command)
+                }
                 Err(cli::Early::Print(text, status)) => {
                     print!("{text}");
                     Ok(status)

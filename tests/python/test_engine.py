@@ -66,6 +66,9 @@ class WordsTests(unittest.TestCase):
     def test_the_image_is_the_core_or_the_stopped_process(self):
         self.assertEqual(engine.image_args(core="/c", program="/p"), ["/p", "/c"])
         self.assertEqual(engine.image_args(core="/c"), ["/c"])
+        self.assertEqual(engine.image_args(core="/c", program="/p", sysroot="/tree"),
+                         ["--sysroot", "/tree", "/p", "/c"])
+        self.assertEqual(engine.image_args(core="/c", sysroot="target:"), ["/c"])
         self.assertEqual(engine.image_args(pid=42, registers_file="/r"),
                          ["--registers", "/r", "42"])
         with self.assertRaises(DmemError):

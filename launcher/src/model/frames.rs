@@ -132,6 +132,9 @@ mod tests {
     fn a_frame_reads_as_one_line_with_what_is_known() {
         let mut f = Frame::bare(0x1234, Some(Rc::from(Path::new("/usr/lib/libfoo.so"))));
         assert_eq!(text(&f), "0x1234 in libfoo.so");
+        let mut elsewhere = f.clone();
+        elsewhere.offset = Some(0x1159);
+        assert_eq!(text(&elsewhere), "libfoo.so+0x1159");
         f.function = Some("make".into());
         f.offset = Some(0x1a);
         f.file = Some("/src/dir/foo.c".into());

@@ -48,7 +48,11 @@ impl Names {
         let tables = objects
             .iter()
             .map(|o| {
-                let syms: Vec<Symbol> = elf::symbols(&o.path)
+                let syms: Vec<Symbol> = o
+                    .file
+                    .as_deref()
+                    .map(elf::symbols)
+                    .unwrap_or_default()
                     .into_iter()
                     .map(|s| Symbol {
                         addr: o.bias.wrapping_add(s.addr),

@@ -45,7 +45,8 @@ const ALLOCATOR_LIBS: [&str; 3] = ["libjemalloc", "libtcmalloc", "libmimalloc"];
 
 /// A mapped ELF object and where it was loaded.
 pub struct Loaded {
-    pub path: PathBuf,
+    /// The file of its build to read its symbols from; None when none was found.
+    pub file: Option<PathBuf>,
     pub name: String,
     pub elf: ElfObject,
     pub bias: u64,
@@ -80,10 +81,16 @@ pub fn loaded(maps: &Mappings) -> Vec<Loaded> {
     maps.files()
         .into_iter()
         .filter_map(|path| {
-            let elf = ElfObject::open(path).ok()?;
+            // The file of the target's build; where none was found, the layout its own copy
+            // of the headers gives (its data are roots all the same), with no symbols.
+            let file = maps.local_file(path);
+            let elf = match file {
+                Some(f) => ElfObject::open_as(path, f).ok()?,
+                None => maps.local.get(path)?.headers.clone()?,
+            };
             let bias = elf.bias(maps)?;
             Some(Loaded {
-                path: path.to_path_buf(),
+                file: file.map(Path::to_path_buf),
                 name: file_name(path),
                 elf,
                 bias,

@@ -2,12 +2,16 @@
 //! each mapped object's ELF symbols and DWARF, through the gimli project's `addr2line` (which
 //! reads DWARF with `gimli` and ELF with `object`, and demangles C++ and Rust names).
 //!
-//! Each object is opened once and kept; so is the answer for each address. An object without
-//! DWARF of its own is looked up in the system's detached debug files by its build id
-//! (`/usr/lib/debug/.build-id/xx/yyyy.debug`, where Debian's `-dbg` and `-dbgsym` packages put
-//! them), and falls back to its symbol table, which gives the function but no line.
+//! Each object is opened once and kept; so is the answer for each address. An object is read
+//! from the file `Mappings::local_file` names: the one of the target's build (see
+//! `source::files`). One without DWARF of its own is looked up in the detached debug files by its
+//! build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`, where Debian's `-dbg` and `-dbgsym`
+//! packages put them, or a debuginfod server), and falls back to its symbol table, which gives
+//! the function but no line. An address in a file of which no copy of its build was found is
+//! shown as `file+offset`: never with the name of another build's function.
 
 use crate::source::elf::ElfObject;
+use crate::source::files::Local;
 use crate::source::mappings::Mappings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,27 +31,34 @@ pub struct Object {
 }
 
 impl Object {
-    fn open(path: &Path) -> Option<Object> {
-        let elf = ElfObject::open(path).ok()?;
-        let own = addr2line::Loader::new(path).ok();
+    /// The object mapped as `path`, read from `local` (the file of its build, if one was
+    /// found), with the debug file found up front (`found`), else looked up by build id when the
+    /// object has no DWARF of its own.
+    fn open(path: &Path, local: &Local) -> Option<Object> {
+        let own = local.exe.as_deref().and_then(|f| addr2line::Loader::new(f).ok());
         let has_lines = own
             .as_ref()
             .is_some_and(|l| l.get_section_range(b".debug_info").is_some());
+        let elf = match local.exe.as_deref() {
+            Some(f) => ElfObject::open_as(path, f).ok()?,
+            // No file of its build, but its debug file: laid out by the target's own headers.
+            None => local.headers.clone()?,
+        };
         let debug = if has_lines {
             None
         } else {
-            elf.build_id_hex()
-                .filter(|id| id.len() > 2)
-                .map(|id| {
-                    PathBuf::from(format!(
-                        "/usr/lib/debug/.build-id/{}/{}.debug",
-                        &id[..2],
-                        &id[2..]
-                    ))
+            local
+                .debug
+                .clone()
+                .or_else(|| {
+                    let id = local.build_id.clone().or_else(|| elf.build_id_hex())?;
+                    crate::source::files::debug_file(&id, path)
                 })
-                .filter(|p| p.is_file())
                 .and_then(|p| addr2line::Loader::new(p).ok())
         };
+        if own.is_none() && debug.is_none() {
+            return None;
+        }
         Some(Object {
             elf,
             path: Rc::from(path),
@@ -159,11 +170,17 @@ impl Symbolizer {
         self.maps = maps;
     }
 
-    /// The object at `path`, opened once.
+    /// The object mapped as `path`, opened once (by the file read, which a running process
+    /// may map anew at the same path).
     pub fn object(&mut self, path: &Path) -> Option<Rc<Object>> {
+        let local = self.maps.local.get(path).cloned().unwrap_or_else(|| Local {
+            exe: Some(path.to_path_buf()),
+            ..Local::default()
+        });
+        let key = local.exe.clone().unwrap_or_else(|| path.to_path_buf());
         self.objects
-            .entry(path.to_path_buf())
-            .or_insert_with(|| Object::open(path).map(Rc::new))
+            .entry(key)
+            .or_insert_with(|| Object::open(path, &local).map(Rc::new))
             .clone()
     }
 
@@ -185,7 +202,13 @@ impl Symbolizer {
             return vec![Frame::bare(pc, None)];
         };
         let Some(obj) = self.object(&path) else {
-            return vec![Frame::bare(pc, Some(Rc::from(path.as_path())))];
+            let mut f = Frame::bare(pc, Some(Rc::from(path.as_path())));
+            if self.maps.local_file(&path).is_none() {
+                // No file of its build: where in the file, which the user can look up in the
+                // right build.
+                f.offset = Some(pc - m.start + m.offset);
+            }
+            return vec![f];
         };
         // A return address points after the call: look up the byte before it, in the call.
         let Some(probe) = obj.elf.vaddr_of_offset(pc - m.start + m.offset) else {

@@ -56,6 +56,9 @@ pub struct CoreDump {
     pub missing: u64,
     /// Files mapped into the process, opened on first need (None: unreadable).
     opened: RefCell<HashMap<PathBuf, Option<memmap2::Mmap>>>,
+    /// The file on this machine to read each mapped file's left-out bytes from, once its build
+    /// id was checked (None: no file of its build, so those bytes are not known).
+    files_here: HashMap<PathBuf, Option<PathBuf>>,
 }
 
 /// Maps a whole file read-only.
@@ -136,6 +139,7 @@ impl CoreDump {
             threads: thread_list,
             missing,
             opened: RefCell::new(HashMap::new()),
+            files_here: HashMap::new(),
         })
     }
 
@@ -198,10 +202,15 @@ impl CoreDump {
         let Some(m) = self.files.iter().find(|m| m.start <= addr && addr < m.end) else {
             return 0;
         };
+        let here = match self.files_here.get(&m.path) {
+            Some(None) => return 0,
+            Some(Some(p)) => p,
+            None => &m.path,
+        };
         let mut opened = self.opened.borrow_mut();
         let file = opened
             .entry(m.path.clone())
-            .or_insert_with(|| crate::sys::open_regular(&m.path).and_then(|f| map_file(&f)).ok());
+            .or_insert_with(|| crate::sys::open_regular(here).and_then(|f| map_file(&f)).ok());
         let Some(file) = file else {
             return 0;
         };
@@ -216,6 +225,22 @@ impl CoreDump {
 }
 
 impl CoreDump {
+    /// The bytes the core itself holds from `addr` to the end of its segment there (never a
+    /// mapped file's): where a file's first page is, its ELF headers as the process had them.
+    pub fn dumped(&self, addr: u64) -> Option<&[u8]> {
+        let (start, end) = self.extent(addr)?;
+        let i = self.loads.partition_point(|l| l.vaddr <= addr) - 1;
+        let at = (self.loads[i].offset + (addr - start)) as usize;
+        self.data.get(at..at + (end - addr) as usize)
+    }
+
+    /// Has what the core left out of the mapped file `path` read from `here`, the file on this
+    /// machine of the same build, or not at all (None).
+    pub fn use_file(&mut self, path: &Path, here: Option<PathBuf>) {
+        self.opened.get_mut().remove(path);
+        self.files_here.insert(path.to_path_buf(), here);
+    }
+
     /// The executable the core's process ran: the file its first mapping maps (the kernel
     /// lists the program first), if that file is still there.
     pub fn program(&self) -> Option<PathBuf> {

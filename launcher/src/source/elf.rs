@@ -70,7 +70,13 @@ pub struct ElfObject {
 
 impl ElfObject {
     pub fn open(path: &Path) -> Result<ElfObject, String> {
-        let file = crate::sys::open_regular(path).map_err(|e| e.to_string())?;
+        ElfObject::open_as(path, path)
+    }
+
+    /// The object in the file at `file` (the one that matched), named `path` as the target
+    /// mapped it: its addresses are found through the target's mappings of `path`.
+    pub fn open_as(path: &Path, file: &Path) -> Result<ElfObject, String> {
+        let file = crate::sys::open_regular(file).map_err(|e| e.to_string())?;
         let cache = ReadCache::new(file);
         let obj = object::read::File::parse(&cache).map_err(|e| e.to_string())?;
         let (loads, tls_memsz) = match &obj {
@@ -99,6 +105,47 @@ impl ElfObject {
         };
         let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
         Ok(ElfObject {
+            path: path.to_path_buf(),
+            loads,
+            tls_memsz,
+            build_id,
+        })
+    }
+
+    /// The object as the first bytes of its file give it (a core's copy of its first page):
+    /// its segments and build id, when the program headers and the build id note lie in
+    /// `bytes`. Its symbols are not there; its layout and identity are.
+    pub fn from_headers(path: &Path, bytes: &[u8]) -> Option<ElfObject> {
+        let header = Header::parse(bytes).ok()?;
+        let endian = header.endian().ok()?;
+        let phdrs = header.program_headers(endian, bytes).ok()?;
+        let mut loads = Vec::new();
+        let mut tls_memsz = 0;
+        let mut build_id = None;
+        for p in phdrs {
+            match p.p_type(endian) {
+                object::elf::PT_LOAD => loads.push(Segment {
+                    vaddr: p.p_vaddr(endian),
+                    offset: p.p_offset(endian),
+                    filesz: p.p_filesz(endian),
+                    memsz: p.p_memsz(endian),
+                    writable: p.p_flags(endian).0 & object::elf::PF_W.0 != 0,
+                }),
+                object::elf::PT_TLS => tls_memsz += p.p_memsz(endian),
+                object::elf::PT_NOTE => {
+                    let Ok(Some(mut notes)) = p.notes(endian, bytes) else {
+                        continue;
+                    };
+                    while let Ok(Some(note)) = notes.next() {
+                        if note.name() == b"GNU" && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID {
+                            build_id = Some(note.desc().to_vec());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(ElfObject {
             path: path.to_path_buf(),
             loads,
             tls_memsz,
@@ -140,9 +187,7 @@ impl ElfObject {
 
     /// The build id as lowercase hex.
     pub fn build_id_hex(&self) -> Option<String> {
-        self.build_id
-            .as_ref()
-            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+        self.build_id.as_deref().map(crate::source::files::hex)
     }
 }
 
@@ -197,16 +242,25 @@ pub fn symbols(path: &Path) -> Vec<Symbol> {
 }
 
 /// Reads the build id of every mapped file (each file once) into its mappings: for output
-/// that names objects by build id (heap profiles' mappings), not needed to symbolise.
+/// that names objects by build id (heap profiles' mappings). The target's own record of it
+/// where there is one (a core's), else the mapped file's.
 pub fn fill_build_ids(maps: &mut Mappings) {
     let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
-    for m in &mut maps.list {
-        if let Some(p) = &m.path {
-            m.build_id = ids
-                .entry(p.clone())
-                .or_insert_with(|| ElfObject::open(p).ok().and_then(|o| o.build_id_hex()))
-                .clone();
-        }
+    for i in 0..maps.list.len() {
+        let Some(p) = maps.list[i].path.clone() else {
+            continue;
+        };
+        let id = ids
+            .entry(p.clone())
+            .or_insert_with(|| match maps.local.get(&p).and_then(|l| l.build_id.clone()) {
+                Some(id) => Some(id),
+                None => maps
+                    .local_file(&p)
+                    .and_then(|f| ElfObject::open(f).ok())
+                    .and_then(|o| o.build_id_hex()),
+            })
+            .clone();
+        maps.list[i].build_id = id;
     }
 }
 
@@ -237,6 +291,27 @@ mod tests {
         let k = kind(&p).unwrap();
         let _ = std::fs::remove_file(&p);
         assert_eq!(k, Kind::NotElf);
+    }
+
+    /// A file's first page, as a core keeps it, gives the object's segments and build id as
+    /// the whole file does; a page of something else gives nothing.
+    #[test]
+    fn the_first_page_gives_the_layout_and_build_id() {
+        let me = std::env::current_exe().unwrap();
+        let whole = ElfObject::open(&me).unwrap();
+        let bytes = std::fs::read(&me).unwrap();
+        let page = ElfObject::from_headers(&me, &bytes[..4096]).expect("headers in the first page");
+        assert!(page.build_id.is_some());
+        assert_eq!(page.build_id, whole.build_id);
+        assert_eq!(page.tls_memsz, whole.tls_memsz);
+        let pairs = |o: &ElfObject| {
+            o.loads
+                .iter()
+                .map(|s| (s.vaddr, s.offset, s.memsz))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pairs(&page), pairs(&whole));
+        assert!(ElfObject::from_headers(&me, &[0u8; 4096]).is_none());
     }
 
     /// The libc this process has mapped.

@@ -266,10 +266,14 @@ pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), Lo
     files.sort_by_key(|p| !p.to_string_lossy().contains("dmem"));
     let mut unreadable = None;
     for path in files {
-        let Some(sym) = elf::dynamic_symbol(path, "dmem_layout") else {
+        // Only a file of the build the target mapped (else the magic finds the descriptor).
+        let Some(file) = maps.local_file(path) else {
             continue;
         };
-        let Some(bias) = ElfObject::open(path).ok().and_then(|o| o.bias(maps)) else {
+        let Some(sym) = elf::dynamic_symbol(file, "dmem_layout") else {
+            continue;
+        };
+        let Some(bias) = ElfObject::open_as(path, file).ok().and_then(|o| o.bias(maps)) else {
             continue;
         };
         match Layout::read(mem, bias.wrapping_add(sym)) {
@@ -297,7 +301,7 @@ pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), Lo
 pub fn locate_by_magic(mem: &dyn Memory, maps: &Mappings) -> Option<(Layout, PathBuf)> {
     let magic = descriptor::MAGIC.to_le_bytes();
     for path in maps.files() {
-        if path.exists() && !path.to_string_lossy().contains("dmem") {
+        if maps.local_file(path).is_some_and(|p| p.exists()) && !path.to_string_lossy().contains("dmem") {
             continue;
         }
         let mut found = Vec::new();

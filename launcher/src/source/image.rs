@@ -5,6 +5,7 @@
 use crate::cli::show;
 use crate::source::coredump::CoreDump;
 use crate::source::elf::{self, Kind};
+use crate::source::files;
 use crate::source::heapwalk::{self, Layout, LocateError, Walk, WalkOptions, FLAG_RECORDING};
 use crate::source::live;
 use crate::source::mappings::Mappings;
@@ -169,7 +170,7 @@ fn open_process(pid: i32) -> Result<Image> {
 }
 
 fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
-    let dump = CoreDump::open(core).map_err(failed)?;
+    let mut dump = CoreDump::open(core).map_err(failed)?;
     if dump.missing > 0 {
         eprintln!(
             "dmem: warning: the core {} is cut short ({} bytes of its segments are missing, a size \
@@ -178,7 +179,7 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
             dump.missing
         );
     }
-    let (exe, maps) = match prog {
+    let (exe, mut maps) = match prog {
         Some(prog) => {
             let main = std::fs::canonicalize(prog).unwrap_or_else(|_| prog.to_path_buf());
             let maps = program_in_core(dump.mappings(), &main, core)?;
@@ -191,7 +192,7 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
                     show(core)
                 )));
             };
-            if !main.exists() {
+            if !main.exists() && !files::findable(&main) {
                 return Err(failed(format!(
                     "the program of {} was {}, which is not there any more: name it first (PROG CORE)",
                     show(core),
@@ -201,13 +202,20 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
             (main, dump.mappings())
         }
     };
+    // Every mapped file matched by the build id the core holds, before anything reads one.
+    files::resolve_core(&mut dump, &mut maps);
     let name = format!("{} (core {})", file_name(&exe), show(core));
     let found = match heapwalk::locate(&dump, &maps) {
         Err(LocateError::NotLoaded) => match heapwalk::locate_by_magic(&dump, &maps) {
             Some((layout, lib)) => {
+                // Passed over by `locate` when no file of its build was found.
+                let what = if lib.exists() {
+                    "is not the build the core was taken with"
+                } else {
+                    "is not there any more"
+                };
                 eprintln!(
-                    "dmem: note: {} is not there any more; its layout descriptor was found in the \
-                     core by its magic",
+                    "dmem: note: {} {what}; its layout descriptor was found in the core by its magic",
                     show(&lib)
                 );
                 Ok((layout, lib))

@@ -3,6 +3,8 @@
 //! descriptor, symbolising) takes a `Mappings` and does not care where it came from.
 
 use crate::analysis::maps::MapsLine;
+use crate::source::files::Local;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,18 +29,54 @@ pub struct Mapping {
 pub struct Mappings {
     /// Sorted by start address, not overlapping.
     pub list: Vec<Mapping>,
+    /// The file on this machine that stands for each mapped file, by the path the target gave
+    /// it (see `files`). A file not listed is read at its path.
+    pub local: HashMap<PathBuf, Local>,
 }
 
 impl Mappings {
     pub fn new(mut list: Vec<Mapping>) -> Mappings {
         list.sort_by_key(|m| m.start);
-        Mappings { list }
+        Mappings {
+            list,
+            local: HashMap::new(),
+        }
     }
 
-    /// The mappings of a running process.
+    /// The mappings of a running process, each file read through the process's own mapping
+    /// of it (`/proc/PID/map_files/START-END`), which stays the file it mapped when a package
+    /// upgrade replaces or removes the one at its path. Where those links cannot be read (a
+    /// kernel that keeps them to CAP_SYS_ADMIN), files are read at their paths.
     pub fn of_process(pid: i32) -> std::io::Result<Mappings> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        Ok(Mappings::new(text.lines().filter_map(parse_line).collect()))
+        let mut maps = Mappings::new(text.lines().filter_map(parse_line).collect());
+        let link = |m: &Mapping| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        let reachable = maps
+            .list
+            .iter()
+            .find(|m| m.path.is_some())
+            .is_some_and(|m| std::fs::metadata(link(m)).is_ok());
+        if reachable {
+            for m in &maps.list {
+                if let Some(p) = &m.path {
+                    maps.local.entry(p.clone()).or_insert_with(|| Local {
+                        exe: Some(link(m)),
+                        ..Local::default()
+                    });
+                }
+            }
+        }
+        Ok(maps)
+    }
+
+    /// The file to read the object mapped as `path` from: the one that matched its build id,
+    /// the process's own mapping of it, or the path itself when nothing was looked up. None
+    /// when no file of its build was found.
+    pub fn local_file<'a>(&'a self, path: &'a Path) -> Option<&'a Path> {
+        match self.local.get(path) {
+            Some(l) => l.exe.as_deref(),
+            None => Some(path),
+        }
     }
 
     /// The mapping that holds `addr`.

@@ -5,7 +5,11 @@
 
 pub mod coredump;
 #[forbid(unsafe_code)]
+pub mod debuginfod;
+#[forbid(unsafe_code)]
 pub mod elf;
+#[forbid(unsafe_code)]
+pub mod files;
 #[forbid(unsafe_code)]
 pub mod heapwalk;
 #[forbid(unsafe_code)]
