@@ -249,3 +249,63 @@ fn names_with_terminal_escapes_are_shown_escaped_by_the_launcher() {
     let doc = text(&out.stdout);
     assert!(well_formed(&doc).contains("evil\\x1b]0;pwned"), "{doc}");
 }
+
+/// A heap profile of 1 MB gzipped whose samples name one location with a 64 KiB function name
+/// 100 times each, 100000 samples: decoded and copied as stacks it took gigabytes. Written by
+/// hand in profile.proto's encoding (field numbers from Go's profile.proto).
+fn amplifying_profile() -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(out: &mut Vec<u8>, key: u8, body: &[u8]) {
+        out.push(key);
+        varint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+    let mut p = Vec::new();
+    // sample_type (1): inuse_objects and inuse_space, in "count".
+    field(&mut p, 0x0a, &[0x08, 0x01, 0x10, 0x03]);
+    field(&mut p, 0x0a, &[0x08, 0x02, 0x10, 0x03]);
+    // string_table (6).
+    for s in ["", "inuse_objects", "inuse_space", "count"] {
+        field(&mut p, 0x32, s.as_bytes());
+    }
+    field(&mut p, 0x32, &[b'f'; 64 << 10]);
+    // function (5) 1 named string 4; location (4) 1 with one line of function 1.
+    field(&mut p, 0x2a, &[0x08, 0x01, 0x10, 0x04]);
+    field(&mut p, 0x22, &[0x08, 0x01, 0x22, 0x04, 0x08, 0x01, 0x10, 0x01]);
+    // sample (2): location 1, 100 times (packed), values 1 and 1.
+    let mut sample = Vec::new();
+    field(&mut sample, 0x0a, &[1; 100]);
+    field(&mut sample, 0x12, &[1, 1]);
+    for _ in 0..100_000 {
+        field(&mut p, 0x12, &sample);
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &p).unwrap();
+    gz.finish().unwrap()
+}
+
+#[test]
+fn diff_refuses_a_profile_that_expands_without_bound() {
+    let dir = scratch_dir("hostile_pprof");
+    let bomb = dir.join("bomb.pb.gz");
+    std::fs::write(&bomb, amplifying_profile()).unwrap();
+    let mut cmd = dmem();
+    cmd.arg("diff").args([&bomb, &bomb]);
+    // 2 GiB of address space: the launcher's own needs fit many times, the expansion does not.
+    common::run::memory_limit(&mut cmd, 2 << 30);
+    let out = output(&mut cmd);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("dmem diff: ")
+            && err.contains("would take more than 512 MiB")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}
