@@ -97,7 +97,8 @@ pub fn describe_pc(out: &mut Out, pc: usize) {
 
 /// A frame as `describe_pc` writes it: `Frame::text`, as the launcher writes frames too.
 pub fn describe_frame(out: &mut Out, f: &crate::analysis::frame::Frame) {
-    out.str(&f.text());
+    // Names come from the program's symbols and paths: shown escaped, never raw to a terminal.
+    out.escaped(f.text().as_bytes());
 }
 
 impl Write for Out {

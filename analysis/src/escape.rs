@@ -34,6 +34,22 @@ pub fn escape(bytes: &[u8], emit: &mut dyn FnMut(&[u8])) {
     }
 }
 
+/// Lines of text made safe to print and to put in an XML CDATA section: [`escape`] within each
+/// line, the newlines kept, and U+FFFE and U+FFFF (which XML 1.0 cannot carry) shown by their
+/// code points.
+pub fn lines(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        escape(line.as_bytes(), &mut |piece| out.extend_from_slice(piece));
+    }
+    String::from_utf8_lossy(&out)
+        .replace('\u{fffe}', "\\u{fffe}")
+        .replace('\u{ffff}', "\\u{ffff}")
+}
+
 /// Text for XML or HTML, in an element or a quoted attribute: the markup characters as
 /// entities, tabs and newlines kept, and the other control characters (which XML 1.0 cannot
 /// carry at all) shown as by [`escape`], and U+FFFE/U+FFFF by their code points. valgrind's XML, the timeline's SVG and
@@ -82,6 +98,14 @@ mod tests {
         assert_eq!(escaped(b"a\x1b[2Jb\n\x7f"), "a\\x1b[2Jb\\x0a\\x7f");
         assert_eq!(escaped("é\u{9b}31m".as_bytes()), "é\\u{9b}31m");
         assert_eq!(escaped(b"x\xffy\xc3"), "x\\xffy\\xc3");
+    }
+
+    #[test]
+    fn lines_keep_their_newlines_and_lose_the_rest() {
+        assert_eq!(
+            lines("a\u{1b}]0;x\u{7}\n\tb\u{ffff}\n"),
+            "a\\x1b]0;x\\x07\n\\x09b\\u{ffff}\n"
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@
 use crate::allocfn::{self, Alloc};
 use crate::frame::Frame;
 use crate::reach::Class;
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -48,8 +48,8 @@ pub struct Stack<'a> {
     pub alloc_object: Option<&'a Path>,
     /// The recorded frames, symbolised, inlined ones expanded, innermost first.
     pub frames: &'a [Frame],
-    /// The recorded stack filled every slot, so it may have been cut: a valgrind suppression
-    /// longer than it then matches if all it could be compared with matched.
+    /// The recorded stack filled every slot, so it may have been cut. Matching does not use
+    /// it: as in valgrind, a suppression that needs frames past those recorded does not match.
     pub truncated: bool,
 }
 
@@ -229,31 +229,87 @@ impl File {
     }
 }
 
-/// Reads and parses one file.
-pub fn read(path: &str) -> Result<File, Problem> {
-    match std::fs::read(path) {
-        Ok(bytes) => parse(path, &String::from_utf8_lossy(&bytes)),
-        Err(e) => Err(Problem {
-            path: path.to_owned(),
-            line: 0,
-            what: match e.kind() {
-                std::io::ErrorKind::NotFound => "no such file".to_owned(),
-                _ => format!("cannot be read ({e})"),
-            },
-        }),
+/// The largest suppressions file read: far above any real one (valgrind's own default.supp is
+/// about 50 KiB), and small enough that what it parses into stays within tens of megabytes.
+pub const MAX_FILE: u64 = 4 << 20;
+
+/// Whether `path` can be a suppressions file, looked at without opening it: a regular file no
+/// larger than [`MAX_FILE`]. A FIFO or a device is refused here, as `read` refuses it, so that a
+/// check at start-up never blocks.
+pub fn check(path: &str) -> Result<(), Problem> {
+    let fail = |what: String| Problem {
+        path: path.to_owned(),
+        line: 0,
+        what,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(unreadable(&e)))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".to_owned()));
     }
+    if meta.len() > MAX_FILE {
+        return Err(fail(too_large(meta.len())));
+    }
+    Ok(())
+}
+
+fn unreadable(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        _ => format!("cannot be read ({e})"),
+    }
+}
+
+fn too_large(len: u64) -> String {
+    format!(
+        "{len} bytes, more than the {} MiB a suppressions file may have",
+        MAX_FILE >> 20
+    )
+}
+
+/// Reads and parses one file: a regular file only (opened without blocking, so a FIFO put in
+/// its place cannot hang the reader), and no more than [`MAX_FILE`] bytes of it.
+pub fn read(path: &str) -> Result<File, Problem> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |what: String| Problem {
+        path: path.to_owned(),
+        line: 0,
+        what,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| fail(unreadable(&e)))?;
+    let meta = f.metadata().map_err(|e| fail(unreadable(&e)))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".to_owned()));
+    }
+    if meta.len() > MAX_FILE {
+        return Err(fail(too_large(meta.len())));
+    }
+    // The file may grow after the check: read one byte past the cap to tell.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    (&mut f)
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(unreadable(&e)))?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(fail(too_large(bytes.len() as u64)));
+    }
+    parse(path, &String::from_utf8_lossy(&bytes))
 }
 
 /// Parses a file's text; `path` names it in problems.
 pub fn parse(path: &str, text: &str) -> Result<File, Problem> {
     // Lines as valgrind's reader gives them: trimmed, blank lines and `#` comments dropped.
-    let lines: Vec<(usize, &str)> = text
+    // Walked, never collected: what a file parses into is its entries alone.
+    let lines = text
         .lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    let valgrind = lines.first().is_some_and(|(_, l)| *l == "{");
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    let valgrind = lines.clone().next().is_some_and(|(_, l)| l == "{");
     let mut file = File {
         path: path.to_owned(),
         format: if valgrind {
@@ -270,9 +326,9 @@ pub fn parse(path: &str, text: &str) -> Result<File, Problem> {
         what: what.to_owned(),
     };
     if valgrind {
-        parse_valgrind(&lines, &mut file).map_err(|(line, what)| fail(line, &what))?;
+        parse_valgrind(lines, &mut file).map_err(|(line, what)| fail(line, &what))?;
     } else {
-        for &(n, l) in &lines {
+        for (n, l) in lines {
             let Some((kind, pattern)) = l.split_once(':') else {
                 return Err(fail(n, "expected TYPE:PATTERN, as leak:PATTERN"));
             };
@@ -304,10 +360,13 @@ fn skip(skipped: &mut Vec<(String, usize)>, kind: &str) {
 }
 
 /// valgrind's blocks, with its reader's rules and messages.
-fn parse_valgrind(lines: &[(usize, &str)], file: &mut File) -> Result<(), (usize, String)> {
-    let mut it = lines.iter().copied().peekable();
-    let last = lines.last().map_or(0, |l| l.0);
-    let eof = |what: &str| (last, format!("unexpected end of file ({what})"));
+fn parse_valgrind<'t>(
+    lines: impl Iterator<Item = (usize, &'t str)> + Clone,
+    file: &mut File,
+) -> Result<(), (usize, String)> {
+    let last = || lines.clone().last().map_or(0, |l| l.0);
+    let mut it = lines.clone().peekable();
+    let eof = |what: &str| (last(), format!("unexpected end of file ({what})"));
     while let Some((n, l)) = it.next() {
         if l != "{" {
             return Err((n, "expected '{' or end of file".into()));
@@ -443,24 +502,29 @@ impl Loc {
             return Some(Loc::Any);
         }
         if let Some(g) = l.strip_prefix("fun:") {
-            return Some(Loc::Fun(Glob(g.to_owned())));
+            return Some(Loc::Fun(Glob::new(g)));
         }
         if let Some(g) = l.strip_prefix("obj:") {
-            return Some(Loc::Obj(Glob(g.to_owned())));
+            return Some(Loc::Obj(Glob::new(g)));
         }
         let src = l.strip_prefix("src:")?;
         Some(match src.rsplit_once(':') {
-            Some((f, n)) if n.parse::<u32>().is_ok() => Loc::Src(Glob(f.to_owned()), n.parse().ok()),
-            _ => Loc::Src(Glob(src.to_owned()), None),
+            Some((f, n)) if n.parse::<u32>().is_ok() => Loc::Src(Glob::new(f), n.parse().ok()),
+            _ => Loc::Src(Glob::new(src), None),
         })
     }
 }
 
 /// valgrind's globs: `*` any run of characters, `?` any one, `\` takes the next literally.
+/// Runs of `*` are kept as one, so that matching costs what the name does, not the pattern.
 #[derive(Debug)]
 struct Glob(String);
 
 impl Glob {
+    fn new(p: &str) -> Glob {
+        Glob(collapse_stars(p, true))
+    }
+
     fn is_plain(&self) -> bool {
         !self.0.contains(['*', '?', '\\'])
     }
@@ -470,52 +534,121 @@ impl Glob {
     }
 }
 
-fn glob(p: &[u8], s: &[u8]) -> bool {
-    // Iterative, with one backtrack point for the last `*`: linear enough for names.
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        match p.get(pi) {
-            Some(b'*') => {
-                star = Some((pi + 1, si));
-                pi += 1;
-                continue;
-            }
-            Some(b'?') => {
-                pi += 1;
-                si += 1;
-                continue;
-            }
-            Some(b'\\') if p.get(pi + 1) == Some(&s[si]) => {
-                pi += 2;
-                si += 1;
-                continue;
-            }
-            Some(&c) if c != b'\\' && c == s[si] => {
-                pi += 1;
-                si += 1;
-                continue;
-            }
-            _ => {}
+/// `p` with each run of `*` made one `*` (an escaped one, when `escapes`, left as it is).
+fn collapse_stars(p: &str, escapes: bool) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars();
+    let mut star = false;
+    while let Some(c) = chars.next() {
+        if c == '*' && star {
+            continue;
         }
-        match star {
-            Some((sp, ss)) => {
-                pi = sp;
-                si = ss + 1;
-                star = Some((sp, ss + 1));
+        star = c == '*';
+        out.push(c);
+        if escapes && c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
             }
-            None => return false,
         }
     }
-    p[pi..].iter().all(|&c| c == b'*')
+    out
 }
 
-/// LeakSanitizer's pattern: literal pieces between `*`s, optionally anchored.
+/// The glob `p` up to its first `*` that is not escaped, and what follows that `*`.
+fn segment(p: &[u8]) -> (&[u8], Option<&[u8]>) {
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            b'\\' => i += 2,
+            b'*' => return (&p[..i], Some(&p[i + 1..])),
+            _ => i += 1,
+        }
+    }
+    (p, None)
+}
+
+/// Whether the segment `seg` (no `*`) matches `s` from its start, and how many bytes of `s` it
+/// covers; it stops at the first byte that differs, so it costs no more than `s` is long.
+fn fits(seg: &[u8], s: &[u8]) -> Option<usize> {
+    let (mut i, mut n) = (0, 0);
+    while i < seg.len() {
+        let c = *s.get(n)?;
+        match seg[i] {
+            b'?' => i += 1,
+            b'\\' => {
+                if seg.get(i + 1) != Some(&c) {
+                    return None;
+                }
+                i += 2;
+            }
+            b => {
+                if b != c {
+                    return None;
+                }
+                i += 1;
+            }
+        }
+        n += 1;
+    }
+    Some(n)
+}
+
+/// How many bytes of a name the segment `seg` covers, counted no further than `limit` + 1.
+fn width(seg: &[u8], limit: usize) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < seg.len() && n <= limit {
+        i += if seg[i] == b'\\' { 2 } else { 1 };
+        n += 1;
+    }
+    n
+}
+
+/// Whether the glob `p` matches all of `s`. The pieces between `*`s are placed leftmost in turn
+/// (which leaves the most room for those after them): time bounded by the square of the name's
+/// length whatever the pattern, and no memory.
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    let (first, mut rest) = segment(p);
+    let Some(n) = fits(first, s) else {
+        return false;
+    };
+    let mut at = n;
+    let Some(mut after) = rest.take() else {
+        return at == s.len();
+    };
+    loop {
+        let (seg, next) = segment(after);
+        match next {
+            None => {
+                // The last piece ends where the name does.
+                let w = width(seg, s.len() - at);
+                return w <= s.len() - at && fits(seg, &s[s.len() - w..]) == Some(w);
+            }
+            Some(next) => {
+                let mut k = at;
+                at = loop {
+                    if k > s.len() {
+                        return false;
+                    }
+                    if let Some(w) = fits(seg, &s[k..]) {
+                        break k + w;
+                    }
+                    k += 1;
+                };
+                after = next;
+            }
+        }
+    }
+}
+
+/// LeakSanitizer's pattern: literal pieces between `*`s, optionally anchored. The pieces are
+/// read from `body` as matching walks it, and runs of `*` are kept as one.
 #[derive(Debug)]
 struct Template {
     start: bool,
     end: bool,
-    pieces: Vec<String>,
+    body: String,
+    /// Where in `body` the longest literal piece is.
+    key: Option<std::ops::Range<usize>>,
 }
 
 impl Template {
@@ -528,33 +661,42 @@ impl Template {
             Some(rest) => (true, rest),
             None => (false, t),
         };
+        let body = collapse_stars(t, false);
+        let mut key: Option<std::ops::Range<usize>> = None;
+        let mut from = 0;
+        for piece in body.split('*') {
+            if !piece.is_empty() && key.as_ref().is_none_or(|k| piece.len() > k.len()) {
+                key = Some(from..from + piece.len());
+            }
+            from += piece.len() + 1;
+        }
         Template {
             start,
             end,
-            pieces: t.split('*').map(str::to_owned).collect(),
+            body,
+            key,
         }
     }
 
     /// The longest literal piece, which any string it matches contains.
     fn key(&self) -> Option<&str> {
-        self.pieces
-            .iter()
-            .map(String::as_str)
-            .filter(|p| !p.is_empty())
-            .max_by_key(|p| p.len())
+        self.key.clone().map(|k| &self.body[k])
     }
 
+    /// LSan's matching: each piece found leftmost after the one before it, so the time is linear
+    /// in the string (a piece longer than what is left fails at once).
     fn matches(&self, s: &str) -> bool {
         if s.is_empty() {
             return false;
         }
-        let n = self.pieces.len();
         let mut rest = s;
-        for (i, piece) in self.pieces.iter().enumerate() {
-            let first = i == 0;
-            let last = i == n - 1;
+        let mut pieces = self.body.split('*').peekable();
+        let mut first = true;
+        while let Some(piece) = pieces.next() {
+            let last = pieces.peek().is_none();
             if first && self.start {
-                match rest.strip_prefix(piece.as_str()) {
+                first = false;
+                match rest.strip_prefix(piece) {
                     Some(r) => rest = r,
                     None => return false,
                 }
@@ -563,10 +705,11 @@ impl Template {
                 }
                 continue;
             }
+            first = false;
             if last && self.end {
-                return rest.len() >= piece.len() && rest.ends_with(piece.as_str());
+                return rest.len() >= piece.len() && rest.ends_with(piece);
             }
-            match rest.find(piece.as_str()) {
+            match rest.find(piece) {
                 Some(at) => rest = &rest[at + piece.len()..],
                 None => return false,
             }
@@ -683,7 +826,17 @@ impl Suppressions {
             }
         }
         if !keys.is_empty() {
-            s.automaton = AhoCorasick::new(&keys).ok();
+            // A contiguous NFA, never a DFA: building a DFA of one long key (a 1 MiB pattern)
+            // takes minutes and gigabytes; an NFA's size and time are linear in the keys.
+            s.automaton = AhoCorasick::builder()
+                .kind(Some(AhoCorasickKind::ContiguousNFA))
+                .build(&keys)
+                .ok();
+            if s.automaton.is_none() {
+                // Too large to build: every template is tried on every string instead.
+                s.keyless.extend(s.by_key.drain(..).flatten());
+                s.keyless.sort_unstable();
+            }
         }
         s
     }
@@ -859,10 +1012,10 @@ impl Suppressions {
                 candidates.dedup();
                 return candidates
                     .into_iter()
-                    .find(|&c| locs_of(c).is_some_and(|locs| input.matches(locs, 0)))
+                    .find(|&c| locs_of(c).is_some_and(|locs| input.matches(locs)))
                     .map(|c| self.vg[c]);
             }
-            if locs_of(id).is_some_and(|locs| input.matches(locs, 0)) {
+            if locs_of(id).is_some_and(|locs| input.matches(locs)) {
                 return Some(self.vg[id]);
             }
         }
@@ -880,7 +1033,6 @@ fn is_alloc_name(name: &str) -> bool {
 struct Input<'f, F: Frames> {
     alloc: Vec<&'static [&'static str]>,
     alloc_object: Option<String>,
-    truncated: bool,
     src: &'f mut F,
     /// Each frame named so far: its return address and its place among that one's frames.
     named: Vec<(usize, usize)>,
@@ -893,7 +1045,6 @@ impl<'f, F: Frames> Input<'f, F> {
         Input {
             alloc: head.alloc.frames(),
             alloc_object: head.alloc_object.map(|p| p.to_string_lossy().into_owned()),
-            truncated: head.truncated,
             src,
             named: Vec::new(),
             upto: 0,
@@ -933,28 +1084,37 @@ impl<'f, F: Frames> Input<'f, F> {
     }
 
     /// valgrind's `generic_match` with a prefix match: every location consumed, frames may be
-    /// left; `...` takes any number of frames.
-    fn matches(&mut self, locs: &[Loc], at: usize) -> bool {
-        let Some((first, rest)) = locs.split_first() else {
-            return true;
-        };
-        if let Loc::Any = first {
+    /// left; `...` takes any number of frames. A location past the last recorded frame matches
+    /// nothing, as in valgrind, where a suppression longer than the stack it recorded does not
+    /// match: so a `...` cannot reach past the recorded frames to match any stack.
+    ///
+    /// The runs of locations between `...`s are placed leftmost in turn, which leaves the most
+    /// frames for the runs after them: time bounded by locations times frames, however many
+    /// `...` there are.
+    fn matches(&mut self, locs: &[Loc]) -> bool {
+        let mut at = 0;
+        for (i, run) in locs.split(|l| matches!(l, Loc::Any)).enumerate() {
+            if run.is_empty() {
+                continue;
+            }
+            // Only the first run is tied to the allocation function's frame.
+            let anchored = i == 0;
             let mut k = at;
             loop {
-                if self.matches(rest, k) {
-                    return true;
+                if !self.exists(k + run.len() - 1) {
+                    return false;
                 }
-                if !self.exists(k) {
+                if run.iter().enumerate().all(|(j, l)| self.loc_matches(l, k + j)) {
+                    break;
+                }
+                if anchored {
                     return false;
                 }
                 k += 1;
             }
+            at = k + run.len();
         }
-        if !self.exists(at) {
-            // Past the recorded frames: a cut stack may have had them.
-            return self.truncated;
-        }
-        self.loc_matches(first, at) && self.matches(rest, at + 1)
+        true
     }
 
     /// Whether `loc` matches element `k`, which exists.
@@ -1042,6 +1202,12 @@ impl Generated {
             aux: format!("match-leak-kinds: {}", kind_word(class)),
             lines,
         }
+    }
+
+    /// [`Generated::text`] as printed among other text: a name's control characters shown
+    /// escaped (`\x1b`), never written raw to a terminal or into XML.
+    pub fn shown(&self) -> String {
+        crate::escape::lines(&self.text())
     }
 
     /// The text to paste into a suppressions file.
@@ -1342,6 +1508,249 @@ mod tests {
         // What dmem writes, dmem reads back as matching that stack alone.
         assert!(find(&g.text(), Class::DefinitelyLost).is_some());
         assert!(find(&g.text(), Class::IndirectlyLost).is_none());
+    }
+
+    /// A small seeded generator, so that a failure repeats.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn word(&mut self, alphabet: &[u8], max: usize) -> String {
+            let n = self.below(max + 1);
+            (0..n)
+                .map(|_| alphabet[self.below(alphabet.len())] as char)
+                .collect()
+        }
+    }
+
+    /// valgrind's glob as the plain recursive definition: the oracle for `glob`.
+    fn glob_oracle(p: &[u8], s: &[u8]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some((b'*', rest)) => (0..=s.len()).any(|k| glob_oracle(rest, &s[k..])),
+            Some((b'?', rest)) => !s.is_empty() && glob_oracle(rest, &s[1..]),
+            Some((b'\\', rest)) => match (rest.split_first(), s.split_first()) {
+                (Some((a, rest)), Some((b, s))) => a == b && glob_oracle(rest, s),
+                _ => false,
+            },
+            Some((&c, rest)) => s.first() == Some(&c) && glob_oracle(rest, &s[1..]),
+        }
+    }
+
+    /// LSan's template as the plain recursive definition: the oracle for `Template`.
+    fn template_oracle(t: &str, s: &str) -> bool {
+        fn here(p: &[u8], s: &[u8], end: bool) -> bool {
+            match p.split_first() {
+                None => !end || s.is_empty(),
+                Some((b'*', rest)) => (0..=s.len()).any(|k| here(rest, &s[k..], end)),
+                Some((&c, rest)) => s.first() == Some(&c) && here(rest, &s[1..], end),
+            }
+        }
+        let (start, t) = t.strip_prefix('^').map_or((false, t), |r| (true, r));
+        let (end, t) = t.strip_suffix('$').map_or((false, t), |r| (true, r));
+        let (p, s) = (t.as_bytes(), s.as_bytes());
+        !s.is_empty() && (0..=if start { 0 } else { s.len() }).any(|k| here(p, &s[k..], end))
+    }
+
+    #[test]
+    fn globs_and_templates_agree_with_their_definitions() {
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        for _ in 0..20_000 {
+            let p = rng.word(b"ab*?\\", 8);
+            let s = rng.word(b"ab*?\\", 8);
+            assert_eq!(
+                Glob::new(&p).matches(&s),
+                glob_oracle(p.as_bytes(), s.as_bytes()),
+                "glob {p:?} on {s:?}"
+            );
+            let t = format!(
+                "{}{}{}",
+                if rng.below(3) == 0 { "^" } else { "" },
+                rng.word(b"ab*", 7),
+                if rng.below(3) == 0 { "$" } else { "" }
+            );
+            assert_eq!(
+                Template::new(&t).matches(&s),
+                template_oracle(&t, &s),
+                "template {t:?} on {s:?}"
+            );
+        }
+    }
+
+    /// valgrind's `generic_match` as the plain recursive definition over names: the oracle for
+    /// `Input::matches`. Past the last frame only `...` matches (nothing).
+    fn locs_oracle(locs: &[&str], names: &[&str]) -> bool {
+        match locs.split_first() {
+            None => true,
+            Some((&"...", rest)) => (0..=names.len()).any(|k| locs_oracle(rest, &names[k..])),
+            Some((l, rest)) => match names.split_first() {
+                Some((n, names)) => glob(l.as_bytes(), n.as_bytes()) && locs_oracle(rest, names),
+                None => false,
+            },
+        }
+    }
+
+    #[test]
+    fn valgrind_locations_agree_with_generic_match() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        let pool = ["f", "g", "h", "*", "?"];
+        for round in 0..5_000 {
+            let names: Vec<String> = (0..rng.below(7)).map(|_| pool[rng.below(3)].to_owned()).collect();
+            let fr: Vec<Frame> = names.iter().map(|n| frame(n, n, "/s/x.c", "/o/x.so")).collect();
+            let mut locs = vec!["fun:malloc".to_owned()];
+            locs.extend((0..rng.below(6)).map(|_| match rng.below(3) {
+                0 => "...".to_owned(),
+                _ => format!("fun:{}", pool[rng.below(pool.len())]),
+            }));
+            if locs.iter().skip(1).all(|l| l == "...") && locs.len() > 1 {
+                continue;
+            }
+            let text = format!("{{\n n\n Memcheck:Leak\n {}\n}}\n", locs.join("\n "));
+            let mut sup = Suppressions::new(vec![parse("t.supp", &text).unwrap()]);
+            let mut st = stack(&fr);
+            st.truncated = round % 2 == 0;
+            let want = {
+                let mut all: Vec<&str> = vec!["malloc"];
+                all.extend(names.iter().map(String::as_str));
+                let ls: Vec<&str> = locs.iter().map(|l| l.strip_prefix("fun:").unwrap_or(l)).collect();
+                locs_oracle(&ls, &all)
+            };
+            assert_eq!(
+                sup.find(&st, Class::DefinitelyLost).is_some(),
+                want,
+                "{locs:?} on {names:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn dots_past_the_recorded_frames_match_nothing() {
+        // The stack filled every recorded slot; a `...` reaching past it must not let a name
+        // the stack never had match (valgrind: a suppression longer than the stack fails).
+        let fr = frames();
+        let mut st = stack(&fr);
+        st.truncated = true;
+        for text in [
+            "{\n n\n Memcheck:Leak\n fun:malloc\n ...\n fun:unrelated_library_function\n}\n",
+            "{\n n\n Memcheck:Leak\n ...\n fun:main\n fun:__libc_start_call_main\n fun:x\n}\n",
+        ] {
+            let mut sup = Suppressions::new(vec![parse("t.supp", text).unwrap()]);
+            assert_eq!(sup.find(&st, Class::DefinitelyLost), None, "{text}");
+        }
+        let trailing = "{\n n\n Memcheck:Leak\n fun:malloc\n fun:vendor_init\n ...\n}\n";
+        let mut sup = Suppressions::new(vec![parse("t.supp", trailing).unwrap()]);
+        assert!(
+            sup.find(&st, Class::DefinitelyLost).is_some(),
+            "a trailing ... takes nothing"
+        );
+    }
+
+    /// Runs `f` on a thread and fails if it has not finished in a minute: far beyond what it
+    /// takes, so only a hang (the quadratic or exponential matching this replaced) comes near.
+    fn finishes<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("matching did not finish in a minute")
+    }
+
+    #[test]
+    fn huge_patterns_compile_and_match_in_bounded_time() {
+        finishes(|| {
+            let fr = frames();
+            // One 1 MiB LSan pattern, its pieces matching names partly; and one of stars.
+            let long = "vendor*".repeat(150_000);
+            let stars = "*".repeat(1 << 20);
+            let text = format!(
+                "leak:{long}\nleak:^{stars}nothere$\nleak:{}\n",
+                "ab".repeat(1 << 19)
+            );
+            let mut sup = Suppressions::new(vec![parse("t.supp", &text).unwrap()]);
+            assert_eq!(sup.find(&stack(&fr), Class::DefinitelyLost), None);
+            // valgrind globs of a million stars and of alternating pieces.
+            let g = format!("fun:{}", "*?".repeat(1 << 19));
+            let text = format!(
+                "{{\n n\n Memcheck:Leak\n fun:malloc\n ...\n {g}z\n ...\n fun:{}\n}}\n",
+                "a*".repeat(1 << 19)
+            );
+            let mut sup = Suppressions::new(vec![parse("t.supp", &text).unwrap()]);
+            assert_eq!(sup.find(&stack(&fr), Class::DefinitelyLost), None);
+        });
+    }
+
+    #[test]
+    fn any_bytes_parse_to_an_answer() {
+        // Random files of the characters suppressions are made of: parsing never panics, and a
+        // file's entries are never more than its lines.
+        finishes(|| {
+            let mut rng = Rng(0xdeadbeefcafef00d);
+            let fr = frames();
+            let words = [
+                "{",
+                "}",
+                "leak:",
+                "Memcheck:Leak",
+                "...",
+                "fun:",
+                "obj:",
+                "src:",
+                "*",
+                "main",
+                "\n",
+                "match-leak-kinds:",
+                "definite",
+                "\u{1b}[2J",
+                ":",
+                "#",
+                " ",
+            ];
+            for _ in 0..3_000 {
+                let text: String = (0..rng.below(40))
+                    .map(|_| words[rng.below(words.len())])
+                    .collect();
+                if let Ok(f) = parse("r.supp", &text) {
+                    assert!(f.entries.len() <= text.lines().count());
+                    let mut sup = Suppressions::new(vec![f]);
+                    let _ = sup.find(&stack(&fr), Class::DefinitelyLost);
+                } else if let Err(e) = parse("r.supp", &text) {
+                    assert!(!e.to_string().contains('\u{1b}'), "{e}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn files_that_are_not_regular_or_too_large_are_refused_without_reading() {
+        let dir = std::env::temp_dir().join(format!("dmem-supp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo.supp");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let fifo = fifo.to_str().unwrap().to_owned();
+        // Opening a FIFO with no writer would block; `read` must not.
+        let e = finishes(move || read(&fifo).unwrap_err());
+        assert!(e.to_string().ends_with("not a regular file"), "{e}");
+        assert!(check(e.path.as_str()).is_err());
+        let big = dir.join("big.supp");
+        std::fs::write(&big, "leak:x\n".repeat((MAX_FILE / 7 + 1) as usize)).unwrap();
+        let e = read(big.to_str().unwrap()).unwrap_err();
+        assert!(e.what.contains("more than the 4 MiB"), "{e}");
+        assert_eq!(check(big.to_str().unwrap()).unwrap_err(), e);
+        let dev = read("/dev/zero").unwrap_err();
+        assert!(dev.to_string().ends_with("not a regular file"), "{dev}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

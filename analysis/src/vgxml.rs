@@ -140,7 +140,8 @@ fn error(x: &mut String, i: usize, n: usize, r: &Record) {
             let _ = writeln!(x, "    <sframe> <{tag}>{}</{tag}> </sframe>", markup(v));
         }
         // CDATA cannot hold "]]>": split it between two sections, as the protocol says.
-        let raw = g.text().replace("]]>", "]]]]><![CDATA[>");
+        // Nor can it hold the characters XML 1.0 forbids: they are shown escaped.
+        let raw = g.shown().replace("]]>", "]]]]><![CDATA[>");
         let _ = write!(
             x,
             "    <rawtext>\n<![CDATA[\n{raw}]]>\n    </rawtext>\n  </suppression>\n"
@@ -224,5 +225,97 @@ mod tests {
             "<text>24 (16 direct, 8 indirect) bytes in 2 blocks are definitely lost in loss record 1 of 1</text>"
         ));
         assert!(doc.contains("<pair>\n    <count>3</count>\n    <name>mine</name>"));
+    }
+
+    /// Whether `c` may appear in an XML 1.0 document.
+    fn xml_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+    }
+
+    #[test]
+    fn any_bytes_in_any_name_give_well_formed_xml() {
+        // Seeded random names of every byte value, in every place a name goes, the generated
+        // suppression included: no character XML forbids comes out, markup characters come out
+        // only as markup, and each CDATA section is closed once.
+        let mut seed = 0x853c49e6748fea9bu64;
+        let mut byte = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        };
+        for _ in 0..500 {
+            let mut name = || {
+                let n = byte() % 24;
+                let b: Vec<u8> = (0..n).map(|_| byte()).collect();
+                String::from_utf8_lossy(&b).into_owned() + "\u{ffff}]]>"
+            };
+            let mut f = Frame::bare(0x1234, Some(Rc::from(Path::new(&name()))));
+            f.function = Some(name());
+            f.symbol = Some(name());
+            f.file = Some(format!("/{}/{}", name(), name()));
+            f.line = Some(3);
+            let mut g = f.clone();
+            g.symbol = None;
+            let frames = [f, g];
+            let stack = Stack {
+                alloc: Alloc::of(Some("malloc")),
+                alloc_object: Some(Path::new("/lib/libdmem.so")),
+                frames: &frames,
+                truncated: false,
+            };
+            let gen = Generated::new(&stack, Class::PossiblyLost);
+            let r = Record {
+                class: Class::PossiblyLost,
+                bytes: 1,
+                blocks: 1,
+                indirect: 0,
+                stack: &stack,
+                alloc_ip: 0,
+                suppression: Some(&gen),
+            };
+            let argv = [name(), name()];
+            let pre = [name()];
+            let run = Run {
+                pid: 1,
+                ppid: 1,
+                argv: &argv,
+                preamble: &pre,
+            };
+            let doc = document(&run, &[r], &[(name(), 1)]);
+            assert!(doc.chars().all(xml_char), "{doc:?}");
+            // Outside CDATA, every '<' opens a tag dmem wrote and every '&' an entity.
+            let outside: String = doc
+                .split("<![CDATA[")
+                .enumerate()
+                .map(|(i, part)| {
+                    if i == 0 {
+                        part.to_owned()
+                    } else {
+                        let (inside, after) = part.split_once("]]>").expect("CDATA closed");
+                        assert!(!inside.contains("]]>"));
+                        after.to_owned()
+                    }
+                })
+                .collect();
+            for (at, _) in outside.match_indices('&') {
+                let rest = &outside[at..];
+                assert!(
+                    ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
+                        .iter()
+                        .any(|e| rest.starts_with(e)),
+                    "{rest:.20}"
+                );
+            }
+            for (at, _) in outside.match_indices('<') {
+                let tag = outside[at + 1..].split(['>', ' ']).next().unwrap();
+                assert!(
+                    tag.trim_start_matches(['/', '?'])
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                    "{tag:?}"
+                );
+            }
+        }
     }
 }

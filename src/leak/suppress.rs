@@ -1,9 +1,12 @@
-//! The suppression files of `suppressions=FILE` (see `analysis::suppressions`), read at
-//! start-up, when a path still means what the user meant before the program changes directory,
-//! and kept for the exit report. A file that cannot be read or parsed is named in one line, the
-//! program runs on without it, and the report says so again.
+//! The suppression files of `suppressions=FILE` (see `analysis::suppressions`). The library's
+//! constructor only looks at each path (a `stat`, which neither opens nor blocks): it makes a
+//! relative one absolute, while it still means what the user meant before the program changes
+//! directory, and names one that is missing, not a regular file or too large. The files are read,
+//! parsed and compiled when the exit report needs them, never before: a process that writes no
+//! report never pays for them. A file that cannot be used is named in one line, the program runs
+//! on without it, and the report says so again.
 
-use crate::analysis::suppressions::{Problem, Suppressions};
+use crate::analysis::suppressions::{self, Problem, Suppressions};
 use crate::{options, sink};
 use std::sync::Mutex;
 
@@ -13,10 +16,10 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
+/// The paths to read at the report, and the problems the constructor found.
+static PATHS: Mutex<Option<(Vec<String>, Vec<Problem>)>> = Mutex::new(None);
 
-/// Reads the files `suppressions=FILE` names, once, from the library constructor (the real
-/// allocator is known by then; libdmem's own heap holds what is read).
+/// Looks at the files `suppressions=FILE` names, once, from the library constructor.
 pub fn load() {
     let paths: Vec<String> = options::get()
         .suppression_files()
@@ -25,21 +28,47 @@ pub fn load() {
     if paths.is_empty() {
         return;
     }
-    let (sup, problems) = Suppressions::load(&paths);
+    let cwd = std::env::current_dir().ok();
+    let mut usable = Vec::new();
+    let mut problems = Vec::new();
+    for p in paths {
+        let abs = match &cwd {
+            Some(d) if !p.starts_with('/') => d.join(&p).to_string_lossy().into_owned(),
+            _ => p.clone(),
+        };
+        match suppressions::check(&abs) {
+            Ok(()) => usable.push(abs),
+            // Named as the user wrote it.
+            Err(e) => problems.push(Problem { path: p, ..e }),
+        }
+    }
+    tell(&problems, &[]);
+    *PATHS.lock().unwrap_or_else(|e| e.into_inner()) = Some((usable, problems));
+}
+
+/// One line on standard error for each file left out, and for what each file read skipped.
+fn tell(problems: &[Problem], notes: &[String]) {
+    if problems.is_empty() && notes.is_empty() {
+        return;
+    }
     let mut out = sink::stderr();
-    for p in &problems {
+    for p in problems {
         out.str("dmem: ")
             .str(&p.to_string())
             .str("; running without this file\n");
     }
-    for note in sup.files.iter().filter_map(|f| f.skipped_note()) {
-        out.str("dmem: ").str(&note).str("\n");
+    for note in notes {
+        out.str("dmem: ").str(note).str("\n");
     }
     out.flush();
-    *LOADED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Loaded { sup, problems });
 }
 
-/// What `load` read, for the report (which runs once).
+/// The files `load` looked at, read and compiled now, for the report (which runs once).
 pub fn take() -> Option<Loaded> {
-    LOADED.lock().unwrap_or_else(|e| e.into_inner()).take()
+    let (paths, mut problems) = PATHS.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let (sup, late) = Suppressions::load(&paths);
+    let notes: Vec<String> = sup.files.iter().filter_map(|f| f.skipped_note()).collect();
+    tell(&late, &notes);
+    problems.extend(late);
+    Some(Loaded { sup, problems })
 }

@@ -261,7 +261,7 @@ fn write_records(out: &mut Out, groups: &[(Key, Group)], syms: &mut Symbols, gen
             let _ = writeln!(out);
         }
         if gen {
-            out.str(&Generated::new(&syms.stack(frames).stack(), *class).text());
+            out.str(&Generated::new(&syms.stack(frames).stack(), *class).shown());
         }
     }
 }

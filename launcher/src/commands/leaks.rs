@@ -331,7 +331,7 @@ impl Answer for Leaks {
             ));
             out.extend(answer::stack_lines(&r.stack, "    "));
             for (_, g) in &r.suppressions {
-                out.extend(g.text().lines().map(str::to_owned));
+                out.extend(g.shown().lines().map(str::to_owned));
             }
         }
         out.extend(self.rest.clone());

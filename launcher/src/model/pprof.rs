@@ -396,10 +396,11 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
     let cols = columns(&p)?;
     let (objects, object_of) = objects(&p)?;
     let frames = frames(&p, &object_of)?;
+    let mut expanded = 0u64;
     let stacks = p
         .sample
         .iter()
-        .map(|smp| stack(&p, smp, &frames, &cols))
+        .map(|smp| stack(&p, smp, &frames, &cols, &mut expanded))
         .collect::<Result<Vec<_>, _>>()?;
     let mut snap = Snapshot {
         time_nanos: p.time_nanos,
@@ -412,23 +413,133 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
     Ok(snap)
 }
 
+/// The most a profile may unzip to: far above any heap profile (Go's of a large service are a
+/// few megabytes), while a gzip bomb of one megabyte unzips to a gigabyte.
+pub const MAX_UNZIPPED: u64 = 64 << 20;
+
+/// The most messages of each kind (samples, locations, lines, functions, strings, mappings)
+/// a profile may hold, and the most location ids its samples may name in all: what prost
+/// decodes a message into is some ten times its encoding, so the encoding is counted first.
+const MAX_MESSAGES: u64 = 2 << 20;
+const MAX_SAMPLE_LOCATIONS: u64 = 16 << 20;
+
+/// The most bytes the stacks read from a profile may take: each sample's frames are copied
+/// from the locations it names, so a few locations with long names named by many samples would
+/// otherwise expand without bound.
+const MAX_EXPANDED: u64 = 512 << 20;
+
 /// The profile in `data`, unzipped if it is gzipped, once its string table starts as
 /// profile.proto requires.
 fn decode(data: &[u8]) -> Result<Profile, String> {
     let mut unzipped = Vec::new();
     let raw = if is_gzip(data) {
         flate2::read::GzDecoder::new(data)
+            .take(MAX_UNZIPPED + 1)
             .read_to_end(&mut unzipped)
             .map_err(|e| format!("not a gzipped profile: {e}"))?;
         &unzipped[..]
     } else {
         data
     };
+    if raw.len() as u64 > MAX_UNZIPPED {
+        return Err(format!(
+            "the profile unzips to more than {} MiB, more than a heap profile has",
+            MAX_UNZIPPED >> 20
+        ));
+    }
+    count(raw)?;
     let p = Profile::decode(raw).map_err(|e| format!("not a pprof profile: {e}"))?;
     if p.string_table.first().map(String::as_str) != Some("") {
         return Err("not a pprof profile: its string table does not start with \"\"".into());
     }
     Ok(p)
+}
+
+/// A varint of the protobuf encoding at `*at`, moving past it.
+fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The fields of one message's encoding: (field number, wire type, the bytes of a
+/// length-delimited field), or None where the encoding breaks (prost then says why).
+fn fields(b: &[u8]) -> impl Iterator<Item = (u64, u64, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= b.len() {
+            return None;
+        }
+        let key = varint(b, &mut at)?;
+        let body: &[u8] = match key & 7 {
+            0 => {
+                varint(b, &mut at)?;
+                &[]
+            }
+            1 => {
+                at = at.checked_add(8).filter(|&e| e <= b.len())?;
+                &[]
+            }
+            2 => {
+                let len = usize::try_from(varint(b, &mut at)?).ok()?;
+                let end = at.checked_add(len).filter(|&e| e <= b.len())?;
+                let body = &b[at..end];
+                at = end;
+                body
+            }
+            5 => {
+                at = at.checked_add(4).filter(|&e| e <= b.len())?;
+                &[]
+            }
+            _ => return None,
+        };
+        Some((key >> 3, key & 7, body))
+    })
+}
+
+/// Counts a profile's messages in its encoding, before prost decodes it, and refuses one with
+/// more than `MAX_MESSAGES` of a kind or `MAX_SAMPLE_LOCATIONS` location ids in its samples.
+fn count(raw: &[u8]) -> Result<(), String> {
+    let mut kinds = [0u64; 7];
+    let mut ids = 0u64;
+    for (field, wire, body) in fields(raw) {
+        if (1..=6).contains(&field) {
+            kinds[field as usize] += 1;
+        }
+        match (field, wire) {
+            // A sample's location ids, packed (a varint each) or one field each.
+            (2, 2) => {
+                for (f, w, ids_body) in fields(body) {
+                    ids += match (f, w) {
+                        (1, 2) => ids_body.iter().filter(|&&b| b & 0x80 == 0).count() as u64,
+                        (1, _) => 1,
+                        _ => 0,
+                    };
+                }
+            }
+            // A location's lines.
+            (4, 2) => kinds[0] += fields(body).filter(|f| f.0 == 4).count() as u64,
+            _ => {}
+        }
+        if kinds.iter().any(|&n| n > MAX_MESSAGES) {
+            return Err(format!(
+                "the profile has more than {MAX_MESSAGES} samples, locations, lines, functions, strings or mappings"
+            ));
+        }
+        if ids > MAX_SAMPLE_LOCATIONS {
+            return Err(format!(
+                "the profile's samples name more than {MAX_SAMPLE_LOCATIONS} locations in all"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// String `i` of the profile's string table.
@@ -526,17 +637,35 @@ fn frames(p: &Profile, object_of: &HashMap<u64, usize>) -> Result<HashMap<u64, F
 
 /// One sample as a stack: its counts from the columns, its threads from its labels, its frames
 /// from the locations it names.
-fn stack(p: &Profile, smp: &Sample, frames: &HashMap<u64, Frame>, cols: &Columns) -> Result<Stack, String> {
+/// `expanded` counts the bytes the stacks read so far take, which `MAX_EXPANDED` bounds.
+fn stack(
+    p: &Profile,
+    smp: &Sample,
+    frames: &HashMap<u64, Frame>,
+    cols: &Columns,
+    expanded: &mut u64,
+) -> Result<Stack, String> {
     let value = |c: usize| smp.value.get(c).copied().unwrap_or(0);
     let tids = thread_ids(p, smp)?;
     let frames = smp
         .location_id
         .iter()
         .map(|id| {
-            frames
+            let f = frames
                 .get(id)
-                .cloned()
-                .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))
+                .ok_or_else(|| format!("a sample names a location ({id}) the profile lacks"))?;
+            *expanded += (std::mem::size_of::<Frame>()
+                + f.lines
+                    .iter()
+                    .map(|l| std::mem::size_of::<Line>() + l.function.len() + l.file.len())
+                    .sum::<usize>()) as u64;
+            if *expanded > MAX_EXPANDED {
+                return Err(format!(
+                    "the profile's stacks would take more than {} MiB: its samples name its locations too often",
+                    MAX_EXPANDED >> 20
+                ));
+            }
+            Ok(f.clone())
         })
         .collect::<Result<Vec<_>, _>>()?;
     let allocated = match cols.allocated {
@@ -582,6 +711,113 @@ fn source(p: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gzip(raw: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(raw).unwrap();
+        gz.finish().unwrap()
+    }
+
+    /// A heap profile of one function with a long name, one location, and `samples` samples
+    /// naming that location `depth` times each.
+    fn amplifier(samples: usize, depth: usize) -> Profile {
+        let name = "f".repeat(64 << 10);
+        let mut p = Profile {
+            string_table: vec![
+                String::new(),
+                "inuse_objects".into(),
+                "inuse_space".into(),
+                "count".into(),
+                name,
+            ],
+            ..Profile::default()
+        };
+        p.sample_type = vec![ValueType { r#type: 1, unit: 3 }, ValueType { r#type: 2, unit: 3 }];
+        p.function.push(Function {
+            id: 1,
+            name: 4,
+            ..Function::default()
+        });
+        p.location.push(Location {
+            id: 1,
+            line: vec![ProtoLine {
+                function_id: 1,
+                line: 1,
+            }],
+            ..Location::default()
+        });
+        p.sample = (0..samples)
+            .map(|_| Sample {
+                location_id: vec![1; depth],
+                value: vec![1, 1],
+                label: Vec::new(),
+            })
+            .collect();
+        p
+    }
+
+    #[test]
+    fn a_small_profile_that_would_expand_without_bound_is_refused() {
+        // About 100 KB gzipped; its stacks would copy the 64 KiB name ten million times.
+        let gz = gzip(&amplifier(100_000, 100).encode_to_vec());
+        assert!(gz.len() < 1 << 20, "{}", gz.len());
+        let e = read(&gz).unwrap_err();
+        assert!(e.contains("would take more than 512 MiB"), "{e}");
+        // The same shape within bounds reads, every frame of it.
+        let small = read(&gzip(&amplifier(10, 3).encode_to_vec())).unwrap();
+        assert_eq!(small.stacks.iter().map(|s| s.frames.len()).sum::<usize>(), 30);
+    }
+
+    #[test]
+    fn a_gzip_bomb_and_too_many_messages_are_refused() {
+        let bomb = gzip(&vec![0u8; (MAX_UNZIPPED + 1) as usize]);
+        let e = read(&bomb).unwrap_err();
+        assert!(e.contains("unzips to more than 64 MiB"), "{e}");
+        // Three million empty samples: six megabytes encoded, some 200 MB decoded.
+        let many = [0x12u8, 0x00].repeat(3 << 20);
+        let e = read(&gzip(&many)).unwrap_err();
+        assert!(e.contains("more than 2097152 samples"), "{e}");
+        let ids = [0x12u8, 0x84, 0x80, 0x08, 0x0a, 0x80, 0x80, 0x08]
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(1u8, 1 << 17))
+            .collect::<Vec<_>>();
+        let mut deep = Vec::new();
+        for _ in 0..130 {
+            deep.extend_from_slice(&ids);
+        }
+        let e = read(&gzip(&deep)).unwrap_err();
+        assert!(e.contains("name more than"), "{e}");
+    }
+
+    #[test]
+    fn any_bytes_read_to_an_answer() {
+        // A real profile with seeded random bytes changed, cut or added: never a panic.
+        let snap = crate::model::snapshot::tests::sample();
+        let raw = to_profile(&snap).encode_to_vec();
+        let mut seed = 0x243f6a8885a308d3u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let mut b = raw.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() as usize) % b.len();
+                match next() % 3 {
+                    0 => b[at] = next() as u8,
+                    1 => b.truncate(at.max(1)),
+                    _ => b.insert(at, next() as u8),
+                }
+            }
+            let _ = read(&b);
+            if next() % 8 == 0 {
+                let _ = read(&gzip(&b));
+            }
+        }
+    }
 
     #[test]
     fn a_snapshot_reads_back_as_written() {
