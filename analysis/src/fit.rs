@@ -5,23 +5,25 @@
 //! the header's links and magic still hold. A reader that believed it would scan, copy or add
 //! up memory that is no block's: a crash in the exit report, a launcher that reads terabytes.
 //! So a size is believed only where the block ends before the next block's header and inside
-//! the readable memory its header lies in (mappings that follow one another count as one);
-//! every read of a block's bytes stays within what this module let through.
+//! the mapped memory its header lies in (mappings that follow one another count as one, whatever
+//! their protection: a program may make a page of its own block unreadable, and the block is
+//! still its block); every read of a block's bytes stays within what this module let through,
+//! and skips what cannot be read.
 
 /// Why a block's size is not believed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Misfit {
     /// The block would run past the header of the next block, which starts here.
     NextHeader(usize),
-    /// It would run past the end of the readable memory around its header, which is here
-    /// (0: the header lies in no readable memory known).
+    /// It would run past the end of the mapped memory around its header, which is here
+    /// (0: the header lies in no mapped memory known).
     Memory(usize),
     /// Its end lies beyond the address space.
     Overflow,
 }
 
 /// Checks the sizes of `n` blocks sorted by start: `block(i)` is block i's start and size, its
-/// header the `header` bytes before the start. `region(addr)`, when given, is the readable
+/// header the `header` bytes before the start. `region(addr)`, when given, is the
 /// mapping that holds `addr`, if any (without it, only the next header bounds a block). Calls
 /// `bad(i, why)` for every block whose size is not believed. Blocks at the same start (one
 /// block met twice) are not each other's next.

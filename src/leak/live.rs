@@ -78,12 +78,10 @@ pub(super) fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Breaks) {
         let live = &out;
         let block = |i: usize| (live[i].start, live[i].size);
         // The mappings read at the report's start; without them (a report from a fatal signal
-        // reads none), the one mapping around an address, found without allocating.
-        let mut listed = |a: usize| {
-            maps::find(maps, a)
-                .filter(|m| m.readable)
-                .map(|m| (m.start, m.end))
-        };
+        // reads none), the one mapping around an address, found without allocating. Whether
+        // they can be read does not matter here: the walk read every header, and a block may
+        // hold a page the program made unreadable (the mark skips it).
+        let mut listed = |a: usize| maps::find(maps, a).map(|m| (m.start, m.end));
         let mut found = procmaps::mapping_containing;
         let region: &mut dyn FnMut(usize) -> Option<(usize, usize)> =
             if maps.is_empty() { &mut found } else { &mut listed };
@@ -167,9 +165,9 @@ impl Breaks {
         for o in &self.overwritten {
             let past = match o.why {
                 Misfit::NextHeader(n) => format!("runs past the next block's header at {n:#x}"),
-                Misfit::Memory(0) => "lies in no readable memory".to_string(),
+                Misfit::Memory(0) => "lies in no mapped memory".to_string(),
                 Misfit::Memory(end) => {
-                    format!("runs past the readable memory around it, which ends at {end:#x}")
+                    format!("runs past the mapped memory around it, which ends at {end:#x}")
                 }
                 Misfit::Overflow => "runs past the end of the address space".to_string(),
             };

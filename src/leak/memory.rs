@@ -42,18 +42,44 @@ pub(super) fn scan_words(start: usize, end: usize, emit: &mut dyn FnMut(&[usize]
     if a + 8 > end {
         return;
     }
-    // SAFETY: roots are mapped segments of loaded objects, thread-local blocks and the stacks
-    // of stopped threads (a running thread's stack goes through `read_words_checked`), and
-    // block ranges are live blocks held in place by the list locks; all are readable, nothing
-    // writes them while the other threads are stopped, and the start is 8-byte aligned.
+    // SAFETY: callers pass only ranges a load reads without faulting: words near a stopped
+    // thread's stack pointer, and (through `OwnScan`) ranges inside readable anonymous mappings
+    // (`plain_ranges`), which stay mapped while the other threads are stopped and the lists are
+    // locked; nothing writes them meanwhile, and the start is 8-byte aligned.
     emit(unsafe { core::slice::from_raw_parts(a as *const usize, (end - a) / 8) });
 }
 
+/// The stretches of `maps` (sorted) that a plain load reads without faulting: readable
+/// anonymous mappings, adjacent ones joined. A file's mapping is left out, since the program may
+/// have truncated the file under it (a load past the end raises SIGBUS), and so is every mapping
+/// the program made unreadable. Made before the stop: it allocates.
+pub(super) fn plain_ranges(maps: &[Mapping]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for m in maps.iter().filter(|m| m.readable && !m.file) {
+        match out.last_mut() {
+            Some(last) if last.1 == m.start => last.1 = m.end,
+            _ => out.push((m.start, m.end)),
+        }
+    }
+    out
+}
+
+/// Whether `[start, end)` lies inside one of `plain` (see `plain_ranges`).
+fn is_plain(plain: &[(usize, usize)], start: usize, end: usize) -> bool {
+    let i = plain.partition_point(|&(s, _)| s <= start);
+    i > 0 && end <= plain[i - 1].1
+}
+
 /// This process's memory as the classification reads it, while the other threads are stopped.
+/// Memory known to be readable is read directly, at memory speed; anything else through the
+/// kernel, a page that cannot be read skipped, as a debugger reads it.
 pub(super) struct OwnScan<'a> {
     /// Ranges (sorted) that may not be readable whole: stacks of threads that could not be
     /// stopped, read through the kernel.
     pub(super) checked: &'a [(usize, usize)],
+    /// What a plain load reads safely (see `plain_ranges`); empty in a report from a fatal
+    /// signal, which reads no maps, so that everything goes through the kernel.
+    pub(super) plain: &'a [(usize, usize)],
     /// The mappings, sorted, for memcheck's test of a vtable.
     pub(super) maps: &'a [Mapping],
 }
@@ -63,15 +89,18 @@ impl Source for OwnScan<'_> {
         let i = self.checked.partition_point(|&(s, _)| s <= start);
         if i > 0 && end <= self.checked[i - 1].1 {
             stopworld::read_words_checked(start, end, emit);
-        } else {
+        } else if is_plain(self.plain, start, end) {
             scan_words(start, end, emit);
+        } else {
+            stopworld::read_words_skipping(start, end, emit);
         }
     }
 
-    /// Only words of live blocks are asked for, which the list locks keep mapped.
+    /// Words of live blocks, which the list locks keep mapped, though the program may have
+    /// made a page of one unreadable.
     fn word(&mut self, addr: usize) -> Option<usize> {
         let mut w = None;
-        scan_words(addr, addr + 8, &mut |ws| w = ws.first().copied());
+        self.scan(addr, addr + 8, &mut |ws| w = ws.first().copied());
         w
     }
 

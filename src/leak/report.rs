@@ -15,7 +15,7 @@
 //! Everything runs once, at exit, on libdmem's own heap.
 
 use super::live::snapshot;
-use super::memory::{OwnMemory, OwnScan};
+use super::memory::{plain_ranges, OwnMemory, OwnScan};
 use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
 use super::stopworld::{Seen, World};
 use super::text::{write_report, Marks};
@@ -62,6 +62,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 4 * room + 3 + extra.len(),
     );
     let mut checked = Vec::with_capacity(room);
+    let plain = plain_ranges(&maps);
     let mut notes = ThreadNotes {
         not_stopped: Vec::with_capacity(room),
         missed: 0,
@@ -104,6 +105,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         heuristics,
         &mut OwnScan {
             checked: &checked,
+            plain: &plain,
             maps: &maps,
         },
     );

@@ -116,7 +116,11 @@ pub(super) fn thread_roots(
 ) {
     // The calling thread: its stack from the report's `Entry` up (which holds its registers),
     // and, through dl_iterate_phdr, every thread-local block of its own, static or dynamic.
-    if let Some((_, top)) = procmaps::mapping_containing(own_sp) {
+    // A thread running on a stack the program malloc'ed (a coroutine's, through makecontext)
+    // has no stack of its own to scan: the mapping around its stack pointer is the heap, and
+    // the coroutine's stack is a block like any other, whose frames count once it is reached.
+    let on_heap = |sp: usize| blocks.find(sp).is_some();
+    if let Some((_, top)) = procmaps::mapping_containing(own_sp).filter(|_| !on_heap(own_sp)) {
         roots.push((own_sp, top));
     }
     roots.extend_from_slice(&objs.tls);
@@ -147,7 +151,11 @@ pub(super) fn thread_roots(
                 let Some((lo, top)) = procmaps::mapping_containing(sp) else {
                     continue;
                 };
-                let stack = (sp.saturating_sub(RED_ZONE).max(lo), top);
+                let stack = if on_heap(sp) {
+                    (sp, sp)
+                } else {
+                    (sp.saturating_sub(RED_ZONE).max(lo), top)
+                };
                 roots.push(stack);
                 let c = carried(blocks, regs, stack, pc);
                 if !c.found().is_empty() {
@@ -167,7 +175,7 @@ pub(super) fn thread_roots(
                 }
             }
             Seen::NotStopped { tid, sp } => {
-                let stack = sp.and_then(|sp| {
+                let stack = sp.filter(|&sp| !on_heap(sp)).and_then(|sp| {
                     let (lo, top) = procmaps::mapping_containing(sp)?;
                     Some((sp.saturating_sub(RED_ZONE).max(lo), top))
                 });

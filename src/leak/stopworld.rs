@@ -524,21 +524,58 @@ pub fn read_words_checked(start: usize, end: usize, emit: &mut dyn FnMut(&[usize
     let mut a = (start + 7) & !7;
     while a + 8 <= end {
         let n = (end - a).min(buf.len() * 8) & !7;
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: n,
-        };
-        let remote = libc::iovec {
-            iov_base: a as *mut c_void,
-            iov_len: n,
-        };
-        // SAFETY: the kernel copies at most `n` bytes into our buffer and checks the source
-        // range itself.
-        let got = unsafe { libc::process_vm_readv(gettid() as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if got <= 0 {
+        let got = read_own(a, &mut buf[..n / 8]);
+        if got == 0 {
             return;
         }
-        emit(&buf[..got as usize / 8]);
-        a += got as usize & !7;
+        emit(&buf[..got]);
+        a += 8 * got;
+    }
+}
+
+/// As `read_words_checked`, but a page that cannot be read (one the program made PROT_NONE, or
+/// past the end of a file it truncated under a mapping, which a load would meet with SIGBUS) is
+/// skipped and the read goes on at the next page: memory as a debugger reads it, so that the
+/// exit report never faults where the program did not.
+pub fn read_words_skipping(start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+    const PAGE: usize = 4096;
+    let mut buf = [0usize; 512];
+    let mut a = (start + 7) & !7;
+    while a + 8 <= end {
+        let n = (end - a).min(buf.len() * 8) & !7;
+        let mut got = read_own(a, &mut buf[..n / 8]);
+        let page_end = (a & !(PAGE - 1)) + PAGE;
+        if got == 0 && a + n > page_end {
+            // The kernel may refuse a read that runs into a bad page whole: try this page alone.
+            got = read_own(a, &mut buf[..(page_end - a) / 8]);
+        }
+        if got == 0 {
+            a = page_end;
+            continue;
+        }
+        emit(&buf[..got]);
+        a += 8 * got;
+    }
+}
+
+/// Copies the words at `addr` of this process into `buf` with process_vm_readv, which checks
+/// the source range instead of faulting; returns how many whole words it copied.
+fn read_own(addr: usize, buf: &mut [usize]) -> usize {
+    let n = 8 * buf.len();
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: n,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: n,
+    };
+    // SAFETY: the kernel copies at most `n` bytes into our buffer, which holds `n`, and checks
+    // the source range itself.
+    let got = unsafe { libc::process_vm_readv(gettid() as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if got <= 0 {
+        0
+    } else {
+        got as usize / 8
     }
 }

@@ -52,16 +52,47 @@ struct Scan<'a> {
     maps: Option<Vec<Mapping>>,
     /// Ranges that could not be read whole.
     unread: Vec<(usize, usize)>,
+    /// The mappings the program could not read (sorted): a page it made PROT_NONE, inside a
+    /// block or a root, holds no reference the program could follow. A core holds such pages
+    /// all the same (the kernel dumps them by force), so they are skipped by their protection,
+    /// as the exit report's reads skip them, and as valgrind does.
+    unreadable: Vec<(usize, usize)>,
 }
 
-impl Source for Scan<'_> {
-    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+impl Scan<'_> {
+    fn scan_readable(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
         if !scan_words(self.mem, start as u64, end as u64, &mut |_, ws| emit(ws)) {
             self.unread.push((start, end));
         }
     }
+}
+
+impl Source for Scan<'_> {
+    fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
+        let mut at = start;
+        let mut i = self.unreadable.partition_point(|&(_, e)| e <= start);
+        while at < end {
+            match self.unreadable.get(i).copied() {
+                Some((s, e)) if s < end => {
+                    if at < s {
+                        self.scan_readable(at, s, emit);
+                    }
+                    at = at.max(e);
+                    i += 1;
+                }
+                _ => {
+                    self.scan_readable(at, end, emit);
+                    break;
+                }
+            }
+        }
+    }
 
     fn word(&mut self, addr: usize) -> Option<usize> {
+        let i = self.unreadable.partition_point(|&(_, e)| e <= addr);
+        if self.unreadable.get(i).is_some_and(|&(s, _)| s <= addr) {
+            return None;
+        }
         self.mem.u64_at(addr as u64).ok().map(|w| w as usize)
     }
 
@@ -88,10 +119,18 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) ->
             _ => ranges.push((r.start as usize, r.end as usize)),
         }
     }
+    let mut unreadable: Vec<(usize, usize)> = mem
+        .regions()
+        .iter()
+        .filter(|m| !m.readable)
+        .map(|m| (m.start, m.end))
+        .collect();
+    unreadable.sort_unstable();
     let mut scan = Scan {
         mem,
         maps: None,
         unread: Vec::new(),
+        unreadable,
     };
     let mut marker = Marker::new(blocks.len());
     marker.classify(&blocks, &ranges, &values, heuristics, &mut scan);

@@ -282,7 +282,7 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let own = objects.iter().find(|o| o.contains(image.layout.addr));
     for t in &image.threads {
         let entered = exit.as_ref().filter(|x| x.tid == t.tid);
-        thread_roots(mem, t, entered, tls, &mut roots);
+        thread_roots(mem, t, entered, tls, heap, &mut roots);
         if let (None, Some(own)) = (entered, own) {
             roots.extend(carried_roots(mem, t, own, heap));
         }
@@ -376,12 +376,27 @@ fn tls_size(objects: &[Loaded]) -> u64 {
 /// thread that entered the exit path is scanned from the program's frame, with the program's
 /// callee-saved registers: below lie libdmem's frames and the exit path's, and its registers
 /// are libdmem's.
-fn thread_roots(mem: &dyn Memory, t: &Thread, entered: Option<&ExitEntry>, tls: u64, roots: &mut Vec<Root>) {
+///
+/// A thread running on a stack the program malloc'ed (a coroutine's, through makecontext) has
+/// no stack of its own to scan: the mapping around its stack pointer is the heap, and the
+/// coroutine's stack is a block like any other, whose frames count once the block is reached.
+fn thread_roots(
+    mem: &dyn Memory,
+    t: &Thread,
+    entered: Option<&ExitEntry>,
+    tls: u64,
+    heap: &Heap,
+    roots: &mut Vec<Root>,
+) {
     let (sp, below) = match entered {
         Some(x) => (x.sp, 0),
         None => (t.sp(), RED_ZONE),
     };
-    if let Some((lo, hi)) = Some(sp).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) {
+    let in_block = matches!(heap.find(sp), Some((_, Within::Block)));
+    if let Some((lo, hi)) = Some(sp)
+        .filter(|&sp| sp != 0 && !in_block)
+        .and_then(|sp| mem.extent(sp))
+    {
         roots.push(Root {
             kind: Kind::Stack,
             what: format!("stack of thread {}", t.tid),
@@ -391,10 +406,17 @@ fn thread_roots(mem: &dyn Memory, t: &Thread, entered: Option<&ExitEntry>, tls: 
     }
     let fs = t.fs_base();
     if let Some((lo, hi)) = Some(fs).filter(|&f| f != 0).and_then(|f| mem.extent(f)) {
+        // A thread's static TLS and descriptor sit at the top of its stack's mapping, right
+        // above its frames: the window stops at the stack pointer, since what lies below it is
+        // dead frames (stale pointers), no root.
+        let mut start = lo.max(fs.saturating_sub(tls + TLS_SURPLUS));
+        if lo <= sp && sp < fs {
+            start = start.max(sp.saturating_sub(below));
+        }
         roots.push(Root {
             kind: Kind::Tls,
             what: format!("TLS of thread {}", t.tid),
-            start: lo.max(fs.saturating_sub(tls + TLS_SURPLUS)),
+            start,
             end: hi.min(fs + TCB_SIZE),
         });
     }

@@ -607,11 +607,9 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
     w.blocks.sort_by_key(|b| b.addr);
     let mut regions = mem.regions();
     regions.sort_unstable_by_key(|m| m.start);
-    let mut region = |a: usize| {
-        crate::analysis::maps::find(&regions, a)
-            .filter(|m| m.readable)
-            .map(|m| (m.start, m.end))
-    };
+    // Any mapping, readable or not: the walk read every header, and a block may hold a page
+    // the program made unreadable (which the scan skips).
+    let mut region = |a: usize| crate::analysis::maps::find(&regions, a).map(|m| (m.start, m.end));
     let mut misfits = Vec::new();
     let blocks = &w.blocks;
     fit::check_sizes(
@@ -658,8 +656,8 @@ fn check_sizes(mem: &dyn Memory, l: &Layout, w: &mut Walk, strict: bool) -> Resu
         let h = b.addr - hs;
         let past = match why {
             Misfit::NextHeader(n) => format!("runs past the next block's header at {n:#x}"),
-            Misfit::Memory(0) => "lies in no readable memory".to_owned(),
-            Misfit::Memory(end) => format!("runs past the readable memory around it, which ends at {end:#x}"),
+            Misfit::Memory(0) => "lies in no mapped memory".to_owned(),
+            Misfit::Memory(end) => format!("runs past the mapped memory around it, which ends at {end:#x}"),
             Misfit::Overflow => "runs past the end of the address space".to_owned(),
         };
         w.size_problems.push(Problem {
