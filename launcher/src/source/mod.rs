@@ -7,6 +7,8 @@ pub mod coredump;
 #[forbid(unsafe_code)]
 pub mod elf;
 #[forbid(unsafe_code)]
+pub mod glibc;
+#[forbid(unsafe_code)]
 pub mod heapwalk;
 #[forbid(unsafe_code)]
 pub mod history;
