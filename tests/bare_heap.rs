@@ -7,6 +7,8 @@
 //! and which chunks are in use.
 
 mod common;
+#[path = "common/elfcore.rs"]
+mod elfcore;
 #[path = "common/gdb.rs"]
 mod gdbrun;
 #[path = "common/live.rs"]
@@ -220,6 +222,45 @@ fn a_bare_core_from_abort_is_read_through_glibcs_heap() {
     let dir = scratch_dir("bare_heap_abort");
     let core = abort_core(&dir, &prog);
     check_core(&prog, &core, &want);
+    check_verify(&dir, &prog, &core);
+}
+
+/// glibc's consistency rules: a copy of the core with one chunk's size word overwritten (as an
+/// overflow of the block before it would) is walked up to that chunk, and `verify` and every
+/// answer say where; the whole core has no problem.
+fn check_verify(dir: &Path, prog: &Path, core: &Path) {
+    let p = prog.to_str().unwrap();
+    let good = ok(&["verify", p, core.to_str().unwrap()]);
+    assert!(good.contains("no problems found"), "{good}");
+    let walk = ok(&["walk", p, core.to_str().unwrap()]);
+    let blocks: Vec<u64> = walk
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.trim().strip_prefix("0x")?, 16).ok())
+        .collect();
+    // A block in the middle of the main heap (the first blocks are the program's, in address
+    // order; mapped chunks sort last).
+    let victim = blocks[blocks.len() / 4];
+    let mut elf = elfcore::Elf::open(core);
+    let seg = elf
+        .segments()
+        .into_iter()
+        .find(|s| s.kind == 1 && s.vaddr <= victim - 8 && victim < s.vaddr + s.filesz)
+        .expect("the block is in the core");
+    let at = (seg.offset + victim - 8 - seg.vaddr) as usize;
+    elf.data[at..at + 8].copy_from_slice(&0x4141_4141_4141_4141u64.to_le_bytes());
+    let bad = dir.join("core.damaged");
+    std::fs::write(&bad, &elf.data).unwrap();
+    let out = ok(&["verify", p, bad.to_str().unwrap()]);
+    let chunk = format!("{:#x}", victim - 16);
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.contains(&format!("stopped at the chunk at {chunk}"))
+                && l.contains("0x4141414141414141")),
+        "{out}"
+    );
+    let leaks = output(dmem().args(["leaks", p, bad.to_str().unwrap()]));
+    assert!(text(&leaks.stdout).contains(&chunk), "{}", text(&leaks.stdout));
 }
 
 #[test]

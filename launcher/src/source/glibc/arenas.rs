@@ -12,6 +12,8 @@ use crate::analysis::maps::{self, Mapping};
 pub const FASTBINS: u64 = 16;
 pub const NFASTBINS: u64 = 10;
 pub const TOP: u64 = 96;
+pub const BINS: u64 = 112;
+pub const NBINS: u64 = 127;
 pub const NEXT: u64 = 2160;
 pub const STATE_LEN: u64 = 2200;
 
@@ -57,20 +59,27 @@ pub fn find(mem: &dyn Words, regions: &[Mapping], main: u64) -> Arenas {
     let mut heaps = Vec::new();
     let mut taken = Vec::new();
     // The main heap: the range of mappings holding main_arena's top chunk. Its first chunk is
-    // where the brk heap starts, which a walk from the range's start finds unless the kernel
-    // merged the heap with the program's .bss before it; then the first start from which the
-    // chunks lead to the top chunk is it.
+    // where the brk heap starts: the range's start, whose chunk says the (absent) chunk before
+    // it is in use, unless the kernel merged the heap with the program's .bss before it; then
+    // the first start from which the chunks lead to the top chunk is it. A heap damaged after
+    // its first chunk is walked from there, to report the damage, not from past it.
     if let Some((s, e)) = maps::range_of(regions, tops[0] as usize) {
         let (s, e) = (s as u64, e as u64);
         taken.push((s, e));
+        let looks_first = |c: u64| {
+            mem.word((c + 8) as usize)
+                .is_some_and(|w| w & 7 == 1 && (w & !7) >= 32 && c + (w as u64 & !7) <= tops[0])
+        };
         let mut first = s;
-        let mut c = s;
-        while c < tops[0] && c < s + (1 << 20) {
-            if reaches(mem, c, tops[0]) {
-                first = c;
-                break;
+        if !looks_first(s) {
+            let mut c = s;
+            while c < tops[0] && c < s + (1 << 20) {
+                if looks_first(c) && reaches(mem, c, tops[0]) {
+                    first = c;
+                    break;
+                }
+                c += 16;
             }
-            c += 16;
         }
         heaps.push(HeapRange {
             first,

@@ -167,3 +167,143 @@ pub fn size_of(chunks: &[Chunk], at: u64) -> Option<u64> {
     let c = &chunks[i];
     (c.in_use && !c.mmapped).then_some(c.size)
 }
+
+/// glibc's own rule for the regular bins (unsorted, small, large) of the arena at `state`:
+/// every chunk on a bin is a free chunk of the walk, and its `fd`'s `bk` leads back to it. Each
+/// broken link is a line; the bins' chunks are free by their neighbour's bit already, so this
+/// only checks. `free_at` says whether the walk found a free chunk there.
+pub fn check_bins(
+    mem: &dyn Words,
+    free_at: &dyn Fn(u64) -> bool,
+    state: u64,
+    limit: usize,
+    problems: &mut Vec<String>,
+) {
+    for i in 1..super::arenas::NBINS + 1 {
+        let bin = state + super::arenas::BINS + 16 * (i - 1) - 16;
+        let mut p = bin;
+        for _ in 0..limit {
+            let Some(fd) = mem.word((p + 16) as usize).map(|w| w as u64) else {
+                problems.push(format!(
+                    "bin {i} of the arena at {state:#x}: the chunk at {p:#x} cannot be read"
+                ));
+                break;
+            };
+            if mem.word((fd + 24) as usize).map(|w| w as u64) != Some(p) {
+                problems.push(format!(
+                    "bin {i} of the arena at {state:#x}: the chunk at {fd:#x} after {p:#x} does not link back to it (its bk is not {p:#x})"
+                ));
+                break;
+            }
+            if fd == bin {
+                break;
+            }
+            if !free_at(fd) {
+                problems.push(format!(
+                    "bin {i} of the arena at {state:#x} holds {fd:#x}, which the heap's chunks do not show free"
+                ));
+                break;
+            }
+            p = fd;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Memory as a map of words.
+    struct Fake(HashMap<usize, usize>);
+
+    impl Words for Fake {
+        fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+            for (i, w) in buf.iter_mut().enumerate() {
+                match self.0.get(&(addr + 8 * i)) {
+                    Some(&v) => *w = v,
+                    None => return i,
+                }
+            }
+            buf.len()
+        }
+    }
+
+    /// An arena at `state` whose bins are all empty.
+    fn empty_arena(state: u64) -> HashMap<usize, usize> {
+        let mut m = HashMap::new();
+        for i in 1..=super::super::arenas::NBINS {
+            let at = state + super::super::arenas::BINS + 16 * (i - 1);
+            m.insert(at as usize, (at - 16) as usize);
+            m.insert(at as usize + 8, (at - 16) as usize);
+        }
+        m
+    }
+
+    #[test]
+    fn bins_are_checked_by_their_links() {
+        let state = 0x10000u64;
+        let bin = state + super::super::arenas::BINS - 16; // the unsorted bin
+        let chunk = 0x90000u64;
+        let mut m = empty_arena(state);
+        m.insert(bin as usize + 16, chunk as usize);
+        m.insert(bin as usize + 24, chunk as usize);
+        m.insert(chunk as usize + 16, bin as usize);
+        m.insert(chunk as usize + 24, bin as usize);
+        let free = |at: u64| at == chunk;
+        let mut problems = Vec::new();
+        check_bins(&Fake(m.clone()), &free, state, 10, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        // An overflow wrote the chunk's bk.
+        m.insert(chunk as usize + 24, 0x4141_4141);
+        check_bins(&Fake(m.clone()), &free, state, 10, &mut problems);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("does not link back"), "{problems:?}");
+        // A bin that holds a chunk the walk found in use.
+        m.insert(chunk as usize + 24, bin as usize);
+        problems.clear();
+        check_bins(&Fake(m), &|_| false, state, 10, &mut problems);
+        assert!(problems[0].contains("do not show free"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_tcache_is_believed_when_its_lists_hold_its_counts() {
+        // A tcache chunk at 0x1000 (16-bit counts) with one chunk of 48 bytes (class 1) at
+        // 0x2000, safe-linked, then none.
+        let tc = 0x1000u64;
+        let e = 0x2010u64;
+        let mut m = HashMap::new();
+        for i in 0..(16 + 64) {
+            m.insert((tc + 16 + 8 * i) as usize, 0usize);
+        }
+        m.insert((tc + 16) as usize, 1 << 16); // counts[1] = 1
+        m.insert((tc + 16 + 128 + 8) as usize, e as usize); // entries[1]
+        m.insert(e as usize, (e >> 12) as usize); // next: null, protected
+        let sizes = |at: u64| (at == e - 16).then_some(48);
+        let rules = Rules::of(Some((2, 36)));
+        let mut free = Vec::new();
+        assert!(tcache_at(
+            &Fake(m.clone()),
+            &sizes,
+            tc,
+            TCACHE_CHUNK,
+            rules,
+            false,
+            &mut free
+        ));
+        assert_eq!(free, [e - 16]);
+        // Unprotected, the link reads as a pointer to nowhere: not a tcache of 2.36.
+        m.insert(e as usize, 0x1);
+        free.clear();
+        assert!(!tcache_at(
+            &Fake(m),
+            &sizes,
+            tc,
+            TCACHE_CHUNK,
+            rules,
+            false,
+            &mut free
+        ));
+        assert!(free.is_empty());
+    }
+}

@@ -224,6 +224,14 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc) -> (Walk, Census) {
     for &a in &found.list {
         free::fastbins(&words, &sizes, a, rules, &mut fast, &mut problems);
     }
+    let free_at = |at: u64| {
+        chunks
+            .binary_search_by_key(&at, |c| c.at)
+            .is_ok_and(|i| !chunks[i].in_use)
+    };
+    for &a in &found.list {
+        free::check_bins(&words, &free_at, a, chunks.len() + 1, &mut problems);
+    }
     let in_tcache: HashSet<u64, AddrHash> = in_tcache.into_iter().collect();
     let mut census = Census {
         arenas: found.list.len(),
