@@ -11,7 +11,10 @@
 #                                 of its own (peak anon) than the core's size
 #   gdb + dmem leaks              gdb opening the core and its `dmem leaks` (which calls the
 #                                 launcher): the engine plus gdb's own start-up
-#   chap: count leaked            on the uninstrumented core (gdb's gcore at exit_group)
+#   cat bare core                 reading the uninstrumented core once (gdb's gcore at exit_group)
+#   dmem leaks (bare core)        the same core read through glibc's heap, without lists
+#                                 (target: within 3x of reading it once, at most a quarter of chap)
+#   chap: count leaked            on the uninstrumented core
 #   dmem leaks PID                the pause it prints (target: at most 1 s), and the wall time
 #
 # chap is not packaged: build it from https://github.com/vmware/chap outside this repository and
@@ -76,6 +79,12 @@ row "dmem leaks" "$dmem" leaks "$work/leak_many" "$work/dmem.core"
 grep '^total:' "$work/out.txt"
 row "gdb + dmem leaks" gdb -batch -nx -q "$work/leak_many" "$work/dmem.core" \
     -ex "source $root/gdb/dmem.py" -ex "dmem leaks"
+
+# The uninstrumented core, read through glibc's heap (no lists there), beside reading the core
+# once: the limit to aim at is three times that.
+row "cat bare core" cat "$work/bare"
+row "dmem leaks (bare core)" "$dmem" leaks "$work/leak_many" "$work/bare"
+grep '^total:' "$work/out.txt"
 
 chap=${CHAP:-$(command -v chap || true)}
 if [ -n "$chap" ] && [ -x "$chap" ]; then

@@ -137,6 +137,18 @@ pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
 }
 
 pub fn stack_json(ins: &mut Inspect, stack: u32) -> Vec<JsonFrame> {
+    if let Some(label) = ins.heap.labels.get(stack as usize) {
+        return vec![JsonFrame {
+            pc: "0x0".into(),
+            function: None,
+            offset: None,
+            file: None,
+            line: None,
+            object: None,
+            inlined: false,
+            text: label.clone(),
+        }];
+    }
     let pcs = ins.heap.stacks[stack as usize].to_vec();
     ins.namer.json(&pcs)
 }

@@ -135,6 +135,7 @@ impl Answer for Stacks {
 
 pub fn stacks(args: cli::ListArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    ins.needs_stacks("'dmem stacks'")?;
     let f = &args.filters;
     let (sel, total) = listed(&mut ins, f)?;
     let blocks = sel

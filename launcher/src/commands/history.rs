@@ -148,6 +148,7 @@ impl Answer for HistoryAnswer {
 
 pub fn history(args: cli::HistoryArgs) -> Result<String> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    ins.needs_stacks("'dmem history' (and the free history it reads)")?;
     let h = read(&ins)?;
     let newest = h.events.first().map_or(0, |e| e.time_ns);
     let picked: Vec<&Event> = h

@@ -29,6 +29,8 @@ pub struct Inspect {
     pub pause: Option<Duration>,
     /// The heuristics the classification applies (`Heuristic` bits).
     pub heuristics: u8,
+    /// Where the image was read through glibc's heap: what that walk found, for a note.
+    pub bare: Option<String>,
 }
 
 /// Whether a command needs the image to hold still (every thread's registers and a consistent
@@ -63,7 +65,11 @@ impl Inspect {
                 .map_err(|e| failed(format!("cannot read {}: {e}", show(file))))?;
             image.threads = threads::from_json(&text).map_err(|e| failed(format!("{}: {e}", show(file))))?;
             image.still = true;
-        } else if let (Some(pid), Need::Still) = (image.pid, need) {
+        } else if let (Some(pid), Need::Still, _) | (Some(pid), _, true) =
+            (image.pid, need, image.glibc.is_some())
+        {
+            // glibc's heap has no change counters to read a running process by: it is always
+            // read from a copy taken while the process was stopped.
             // Stopped for the copy of its writable memory only: the analysis reads the copy.
             let s = ptrace::stop(pid)?;
             let copy = Mappings::of_process(pid)
@@ -82,8 +88,17 @@ impl Inspect {
             image.mem = Box::new(mem);
             image.still = true;
         }
-        let walk = image.walk()?;
-        let heap = Heap::new(walk, image.layout.header_size);
+        let (walk, bare) = match &image.glibc {
+            Some(g) => {
+                let (walk, census) = crate::source::glibc::walk(&*image.mem, &image.maps, g);
+                (walk, Some(census.line(g)))
+            }
+            None => (image.walk()?, None),
+        };
+        let mut heap = Heap::new(walk, image.layout.header_size);
+        if image.glibc.is_some() {
+            crate::model::bare::group_by_type_and_size(&mut heap, &*image.mem, &roots::loaded(&image.maps));
+        }
         let namer = Namer::new(Symbolizer::new(image.maps.clone()));
         Ok(Inspect {
             image,
@@ -91,7 +106,22 @@ impl Inspect {
             namer,
             pause,
             heuristics: heuristics.unwrap_or(Heuristic::DEFAULT),
+            bare,
         })
+    }
+
+    /// Refuses, in one line, a command that needs allocation stacks on an image that has none.
+    pub fn needs_stacks(&self, what: &str) -> Result<()> {
+        match &self.image.glibc {
+            Some(g) => Err(failed(format!(
+                "{} ran without libdmem, so it has no allocation stacks ({what} needs them; read \
+                 through {}'s heap, 'dmem leaks', 'summary', 'types', 'whatis', 'why', 'words' and \
+                 'verify' answer without): run it with LD_PRELOAD=libdmem.so (or 'dmem run') to record them",
+                self.image.name,
+                g.version_text()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The line saying how long a process was stopped, if dmem stopped one.
@@ -116,6 +146,7 @@ impl Inspect {
     pub fn warnings(&mut self) -> Vec<String> {
         let h = &self.heap;
         let mut out = heap::warnings(&h.problems(), &h.blocks, &h.stacks, &mut self.namer);
+        out.extend(self.bare.iter().map(|l| format!("note: {l}")));
         if !self.image.still {
             out.extend(heap::moving_note(h.moving(), h.lists.len(), &self.image.name));
         }

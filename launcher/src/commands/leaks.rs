@@ -1305,6 +1305,7 @@ impl Chain {
 pub fn folded(args: cli::FoldedArgs) -> Result<String> {
     let classes = classes_of(args.leaks, &args.show);
     let mut pool = Pool::open(&args.image, &classes)?;
+    pool.ins().needs_stacks("'dmem folded'")?;
     let blocks = pool.blocks(&classes);
     let sel = select(pool.ins(), &args.filters, Some(blocks))?;
     // The folded lines are data for other tools: what is wrong with the lists goes to stderr.

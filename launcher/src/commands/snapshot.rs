@@ -53,6 +53,15 @@ impl Source {
         match self {
             Source::Image(t) => {
                 let image = Image::open(t)?;
+                if let Some(g) = &image.glibc {
+                    return Err(failed(format!(
+                        "{} ran without libdmem, so it has no allocation stacks for a profile (read \
+                         through {}'s heap, 'dmem leaks', 'summary' and 'types' answer without): run \
+                         it with LD_PRELOAD=libdmem.so (or 'dmem run') to record them",
+                        image.name,
+                        g.version_text()
+                    )));
+                }
                 let started = Instant::now();
                 let walk = image.walk()?;
                 let read_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;

@@ -17,6 +17,8 @@ pub struct Heap {
     pub header_size: u64,
     /// Sizes the walk did not believe, and lists that do not add up (see `Walk`).
     pub size_problems: Vec<Problem>,
+    /// Where blocks have no stacks (see `model::bare`): what each group of `stacks` stands for.
+    pub labels: Vec<String>,
 }
 
 /// Where an address falls in a block.
@@ -48,6 +50,7 @@ impl Heap {
             counters: walk.counters,
             header_size,
             size_problems: walk.size_problems,
+            labels: Vec::new(),
         }
     }
 

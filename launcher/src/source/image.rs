@@ -6,6 +6,7 @@ use crate::cli::show;
 use crate::source::coredump::CoreDump;
 use crate::source::elf::{self, Kind};
 use crate::source::files;
+use crate::source::glibc;
 use crate::source::heapwalk::{self, Layout, LocateError, Walk, WalkOptions, FLAG_RECORDING};
 use crate::source::live;
 use crate::source::mappings::Mappings;
@@ -128,6 +129,9 @@ pub struct Image {
     /// Whether the memory cannot change while it is read: a core, or a process someone holds
     /// stopped.
     pub still: bool,
+    /// Set where the program ran without libdmem: its blocks are glibc's chunks in use, on no
+    /// stack (see `source::glibc`).
+    pub glibc: Option<glibc::Glibc>,
 }
 
 impl Image {
@@ -141,6 +145,9 @@ impl Image {
     /// Walks the lists: strictly where the memory holds still, else as `dmem top` reads a
     /// running process.
     pub fn walk(&self) -> Result<Walk> {
+        if let Some(g) = &self.glibc {
+            return Ok(glibc::walk(&*self.mem, &self.maps, g).0);
+        }
         let opts = if self.still {
             WalkOptions::still()
         } else {
@@ -154,7 +161,10 @@ impl Image {
 }
 
 fn open_process(pid: i32) -> Result<Image> {
-    let p = live::open(pid)?;
+    let p = match live::open(pid) {
+        Ok(p) => p,
+        Err(e) => return glibc::open_process(pid).unwrap_or(Err(e)),
+    };
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     Ok(Image {
         mem: Box::new(LiveMemory::new(pid)),
@@ -166,6 +176,7 @@ fn open_process(pid: i32) -> Result<Image> {
         threads: Vec::new(),
         pid: Some(pid),
         still: false,
+        glibc: None,
     })
 }
 
@@ -242,6 +253,9 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
             eprintln!("{line}");
         }
     }
+    if let Err(LocateError::NotLoaded) = found {
+        return glibc::open_core(dump, maps, exe, name);
+    }
     let (layout, lib) = found.map_err(|e| match e {
         LocateError::NotLoaded => failed(format!(
             "{name} has no libdmem.so loaded (no mapped object exports dmem_layout): the program \
@@ -270,6 +284,7 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
         name,
         pid: None,
         still: true,
+        glibc: None,
     })
 }
 

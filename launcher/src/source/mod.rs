@@ -11,6 +11,8 @@ pub mod elf;
 #[forbid(unsafe_code)]
 pub mod files;
 #[forbid(unsafe_code)]
+pub mod glibc;
+#[forbid(unsafe_code)]
 pub mod heapwalk;
 #[forbid(unsafe_code)]
 pub mod history;

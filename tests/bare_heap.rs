@@ -1,0 +1,311 @@
+//! A core nobody prepared: `c-fixtures/bare_heap.cpp` runs without libdmem (four threads, so
+//! four arenas and tcaches; chunks in tcaches, a fast bin, the unsorted, a small and a large
+//! bin; mapped chunks; a leaking list and polymorphic objects), and dmem reads glibc's heap
+//! itself. The oracles are not dmem: valgrind on the same program gives the leak classes, and
+//! gdb with glibc's debug info (Debian's libc6-dbg) reads glibc's own view of the same core by
+//! name (`tests/python/glibc_view.py`): its arenas, each thread's tcache, the fast bins and bins,
+//! and which chunks are in use.
+
+mod common;
+#[path = "common/elfcore.rs"]
+mod elfcore;
+#[path = "common/gdb.rs"]
+mod gdbrun;
+#[path = "common/live.rs"]
+mod live;
+#[path = "common/valgrind.rs"]
+mod valgrind;
+
+use common::{dmem, fixture, output, scratch_dir, text};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `dmem ARGS` that must succeed: its standard output.
+fn ok(args: &[&str]) -> String {
+    let out = output(dmem().args(args));
+    assert!(out.status.success(), "dmem {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The numbers of the note every command prints about glibc's heap: arenas, heaps, chunks,
+/// mapped, free, free bytes, in tcaches, in fast bins, tcaches.
+fn census(out: &str) -> Vec<u64> {
+    let line = out
+        .lines()
+        .find(|l| l.contains("read without libdmem through glibc"))
+        .unwrap_or_else(|| panic!("no note on glibc's heap:\n{out}"));
+    let after = line.split_once("'s heap:").unwrap().1;
+    valgrind::numbers(after)
+}
+
+/// glibc's own view of `core` through gdb and libc6-dbg, or None (after saying so) without them.
+fn glibc_view(prog: &Path, core: &Path) -> Option<serde_json::Value> {
+    if !gdbrun::have_gdb() {
+        return None;
+    }
+    let script = common::top().join("tests/python/glibc_view.py");
+    let out = output(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-q"])
+            .arg(prog)
+            .arg(core)
+            .arg("-ex")
+            .arg(format!("source {}", script.display())),
+    );
+    let all = text(&out.stdout) + &text(&out.stderr);
+    match all.lines().find_map(|l| l.strip_prefix("GLIBC_VIEW ")) {
+        Some(json) => Some(serde_json::from_str(json).unwrap()),
+        None => {
+            // Without libc6-dbg gdb knows no main_arena: the oracle is missing, not wrong.
+            assert!(
+                all.contains("main_arena") || all.contains("No symbol"),
+                "the oracle failed:\n{all}"
+            );
+            common::missing("glibc's debug info (Debian's libc6-dbg, see tests/setup.sh)");
+            None
+        }
+    }
+}
+
+/// A core of `prog abort` from the kernel, where the core pattern writes a file and the hard
+/// limit allows one; else from gdb, stopped at the abort.
+fn abort_core(dir: &Path, prog: &Path) -> PathBuf {
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    let core = dir.join("core");
+    if pattern.trim() == "core" {
+        let mut cmd = Command::new("sh");
+        cmd.current_dir(dir)
+            .arg("-c")
+            .arg("ulimit -c unlimited 2>/dev/null && exec \"$0\" abort")
+            .arg(prog);
+        let out = output(&mut cmd);
+        assert!(!out.status.success());
+        // `core`, or `core.PID` where the kernel adds the pid.
+        let written = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("core"))
+            });
+        if let Some(written) = written {
+            return written;
+        }
+    }
+    let mut cmd = gdbrun::gcore_command(dir, &["run".into()], &core);
+    cmd.arg("--args").arg(prog).arg("abort");
+    gdbrun::written_core(core, &output(&mut cmd))
+}
+
+/// (blocks) per class from `dmem leaks --json`, in valgrind's order.
+fn classes(json: &str) -> [u64; 4] {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let n = |k: &str| v[k]["blocks"].as_u64().unwrap();
+    [
+        n("definitely_lost"),
+        n("indirectly_lost"),
+        n("possibly_lost"),
+        n("still_reachable"),
+    ]
+}
+
+/// Checks dmem's answers on a core of the fixture against valgrind's classes and, where gdb
+/// has glibc's debug info, against glibc's own view.
+fn check_core(prog: &Path, core: &Path, want: &valgrind::Summary) {
+    let p = prog.to_str().unwrap();
+    let c = core.to_str().unwrap();
+    let got = classes(&ok(&["leaks", "--json", p, c]));
+    // The lost classes are valgrind's exactly: every thread scrubbed its stack, so no stale
+    // word keeps a lost block. Still reachable has one block more than valgrind says at exit:
+    // libstdc++'s emergency exception pool, which valgrind frees before its leak check.
+    assert_eq!(
+        got[..3],
+        [want[0].0, want[1].0, want[2].0],
+        "dmem {got:?}, valgrind {want:?}"
+    );
+    assert_eq!(got[0..3], [63, 69, 3], "the fixture's leaks as it describes them");
+    assert!(
+        got[3] == want[3].0 || got[3] == want[3].0 + 1,
+        "still reachable: dmem {got:?}, valgrind {want:?}"
+    );
+    let types = ok(&["types", p, c]);
+    for (n, t) in [(63, "Beta"), (53, "Gamma"), (34, "Alpha")] {
+        assert!(
+            types
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(&n.to_string()) && l.ends_with(t)),
+            "{n} {t}:\n{types}"
+        );
+    }
+    let lost_types = ok(&["types", "--leaks", p, c]);
+    assert!(
+        lost_types
+            .lines()
+            .any(|l| l.trim_start().starts_with("30 ") && l.ends_with("Beta")),
+        "{lost_types}"
+    );
+    let summary = ok(&["summary", p, c]);
+    let n = census(&summary);
+    // arenas, heaps, chunks, mapped, free, free bytes, in tcaches, in fast bins, tcaches
+    assert_eq!(n.len(), 9, "{summary}");
+    assert!(
+        n[0] == 4 && n[3] == 4 && n[6] == 36 && n[7] == 3 && n[8] == 4,
+        "{summary}"
+    );
+    let refused = output(dmem().args(["stacks", p, c]));
+    let err = text(&refused.stderr);
+    assert!(!refused.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ran without libdmem") && err.contains("LD_PRELOAD"),
+        "{err}"
+    );
+
+    let Some(view) = glibc_view(prog, core) else {
+        return;
+    };
+    let num = |k: &str| view[k].as_u64().unwrap();
+    assert_eq!(
+        [n[0], n[3], n[4], n[6], n[7], n[8]],
+        [
+            num("arenas"),
+            num("mmapped"),
+            num("free_chunks"),
+            num("tcache_chunks"),
+            num("fastbin_chunks"),
+            num("tcaches")
+        ],
+        "dmem's census against glibc's view {view}"
+    );
+    assert!(
+        num("bin_chunks") >= 3,
+        "the fixture fills the unsorted, a small and a large bin: {view}"
+    );
+    // The blocks in use, one by one: dmem's walk against glibc's view by address.
+    let walk = ok(&["walk", p, c]);
+    let mut mine: Vec<u64> = walk
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.trim().strip_prefix("0x")?, 16).ok())
+        .collect();
+    mine.sort_unstable();
+    let theirs: Vec<u64> = view["in_use_addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let heap_only: Vec<u64> = mine
+        .iter()
+        .copied()
+        .filter(|a| theirs.binary_search(a).is_ok())
+        .collect();
+    assert_eq!(
+        heap_only.len(),
+        theirs.len(),
+        "blocks glibc says are in use that dmem missed"
+    );
+    assert_eq!(
+        mine.len() as u64,
+        theirs.len() as u64 + num("mmapped"),
+        "dmem's blocks are glibc's heap chunks in use and its mapped chunks"
+    );
+}
+
+#[test]
+fn a_bare_core_from_abort_is_read_through_glibcs_heap() {
+    if !gdbrun::have_tool("valgrind") || !gdbrun::have_gdb() {
+        return;
+    }
+    let prog = fixture("bare_heap");
+    let want = valgrind::summary(&prog, &["exit"]);
+    let dir = scratch_dir("bare_heap_abort");
+    let core = abort_core(&dir, &prog);
+    check_core(&prog, &core, &want);
+    check_verify(&dir, &prog, &core);
+}
+
+/// glibc's consistency rules: a copy of the core with one chunk's size word overwritten (as an
+/// overflow of the block before it would) is walked up to that chunk, and `verify` and every
+/// answer say where; the whole core has no problem.
+fn check_verify(dir: &Path, prog: &Path, core: &Path) {
+    let p = prog.to_str().unwrap();
+    let good = ok(&["verify", p, core.to_str().unwrap()]);
+    assert!(good.contains("no problems found"), "{good}");
+    let walk = ok(&["walk", p, core.to_str().unwrap()]);
+    let blocks: Vec<u64> = walk
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.trim().strip_prefix("0x")?, 16).ok())
+        .collect();
+    // A block in the middle of the main heap (the first blocks are the program's, in address
+    // order; mapped chunks sort last).
+    let victim = blocks[blocks.len() / 4];
+    let mut elf = elfcore::Elf::open(core);
+    let seg = elf
+        .segments()
+        .into_iter()
+        .find(|s| s.kind == 1 && s.vaddr <= victim - 8 && victim < s.vaddr + s.filesz)
+        .expect("the block is in the core");
+    let at = (seg.offset + victim - 8 - seg.vaddr) as usize;
+    elf.data[at..at + 8].copy_from_slice(&0x4141_4141_4141_4141u64.to_le_bytes());
+    let bad = dir.join("core.damaged");
+    std::fs::write(&bad, &elf.data).unwrap();
+    let out = ok(&["verify", p, bad.to_str().unwrap()]);
+    let chunk = format!("{:#x}", victim - 16);
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.contains(&format!("stopped at the chunk at {chunk}"))
+                && l.contains("0x4141414141414141")),
+        "{out}"
+    );
+    let leaks = output(dmem().args(["leaks", p, bad.to_str().unwrap()]));
+    assert!(text(&leaks.stdout).contains(&chunk), "{}", text(&leaks.stdout));
+}
+
+#[test]
+fn a_running_bare_process_and_its_gcore_are_read_through_glibcs_heap() {
+    if !gdbrun::have_tool("valgrind") || !gdbrun::have_gdb() {
+        return;
+    }
+    let prog = fixture("bare_heap");
+    let want = valgrind::summary(&prog, &["exit"]);
+    let mut cmd = Command::new(&prog);
+    cmd.arg("wait");
+    let target = live::start_command(cmd, "bare_heap");
+    let pid = target.pid.to_string();
+    // The process itself, stopped briefly while its memory is copied.
+    let got = classes(&ok(&["leaks", "--json", &pid]));
+    assert_eq!(
+        got[..3],
+        [want[0].0, want[1].0, want[2].0],
+        "live: dmem {got:?}, valgrind {want:?}"
+    );
+    let dir = scratch_dir("bare_heap_gcore");
+    let core = dir.join("core.gcore");
+    let _ = std::fs::remove_file(&core);
+    let mut cmd = gdbrun::gcore_command(&dir, &[], &core);
+    cmd.args(["-p", &pid]);
+    let core = gdbrun::written_core(core, &output(&mut cmd));
+    drop(target);
+    check_core(&prog, &core, &want);
+}
+
+#[test]
+fn another_allocator_is_named_in_one_line() {
+    let Some((name, lib)) = common::backends().into_iter().next() else {
+        common::missing("a jemalloc, tcmalloc or mimalloc package");
+        return;
+    };
+    let mut cmd = Command::new(fixture("bare_heap"));
+    cmd.arg("wait").env("LD_PRELOAD", &lib);
+    let target = live::start_command(cmd, "bare_heap");
+    let out = output(dmem().args(["leaks", &target.pid.to_string()]));
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("{name}'s")) && err.contains("cannot read"),
+        "{err}"
+    );
+}
