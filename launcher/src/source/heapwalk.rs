@@ -252,7 +252,9 @@ impl Layout {
     pub fn inflight(&self, mem: &dyn Memory, tp: u64) -> Option<InFlight> {
         let (offset_at, off) = self.inflight?;
         let offset = mem.u64_at(offset_at).ok().filter(|&o| o != 0)?;
-        let at = tp.checked_add(offset)?.checked_add(off)?;
+        // The area lies below the thread pointer on x86-64: the word holds a negative distance,
+        // added modulo 2^64 as the library adds it.
+        let at = tp.wrapping_add(offset).wrapping_add(off);
         let mut words = [0u64; carried::WORDS];
         for (i, w) in words.iter_mut().enumerate() {
             *w = mem.u64_at(at + 8 * i as u64).ok()?;
