@@ -7,6 +7,7 @@
 //! operations and are freed here too (`lists.rs`). errno is
 //! left as the caller had it on success.
 
+use crate::analysis::carried::op;
 use crate::bootstrap::{self, Real};
 use crate::diag::{self, BadFree};
 use crate::header::{
@@ -87,16 +88,21 @@ fn record(cur: thread::Current, from: Origin, frames: &mut [usize; header::NFRAM
     }
 }
 
-/// Fills in a header for a block that is about to be handed out, and links it.
+/// Fills in a header for a block that is about to be handed out, and links it. `cur` is the
+/// calling thread's area, whose record of the operation in flight already names `hdr`.
 ///
 /// # Safety
 /// `hdr` must be the header slot of a fresh backend block of at least `HEADER_SIZE + size` bytes.
-unsafe fn publish(hdr: *mut Header, size: usize, align_log2: u32, stack: Stack) -> *mut u8 {
+unsafe fn publish(
+    cur: thread::Current,
+    hdr: *mut Header,
+    size: usize,
+    align_log2: u32,
+    stack: Stack,
+) -> *mut u8 {
     let opts = options::get();
     // SAFETY: the caller hands us exclusive use of the header slot.
     let h = unsafe { &mut *hdr };
-    // Found once for the thread id, the walk and the list.
-    let cur = thread::current();
     // `lists::link` writes the list's index.
     h.size_word = Header::pack_size_word(size, 0, align_log2);
     h.tid = cur.tid();
@@ -163,11 +169,42 @@ pub fn allocate(size: usize, align_log2: u32, zeroed: bool, from: Origin) -> *mu
         // SAFETY: a fresh backend block of `size + aligned_extra` bytes or more.
         unsafe { header::place_aligned(base.cast(), align_log2) }
     };
+    // Found once for the record, the thread id, the walk and the list.
+    let cur = thread::current();
+    // Inside a realloc (which moves a block through here) the realloc's record goes on, now on
+    // the new block; otherwise this allocation's own begins.
+    let outer = cur.op() != op::NONE;
+    if outer {
+        cur.step(hdr.cast());
+    } else {
+        let op = if align_log2 != 0 {
+            op::MEMALIGN
+        } else if zeroed {
+            op::CALLOC
+        } else {
+            op::MALLOC
+        };
+        cur.begin(op, hdr.cast());
+    }
     // SAFETY: a fresh backend block of `total` bytes, so the header slot and user bytes are ours.
-    let user = unsafe { publish(hdr, size, align_log2, Stack::From(from)) };
+    let user = unsafe { publish(cur, hdr, size, align_log2, Stack::From(from)) };
     saved.restore();
     after_change();
+    if !outer {
+        done(cur, user);
+    }
     user
+}
+
+/// Ends the record of an allocation once its user pointer is in hand: from here on the thread
+/// holds the block by that pointer (in a register), as the program will.
+#[inline(always)]
+fn done(cur: thread::Current, user: *mut u8) {
+    // Makes the compiler have the user pointer in a register before the record is cleared,
+    // rather than keep only the header's address and add the header's size after. No code.
+    // SAFETY: an empty instruction that reads a register and touches nothing.
+    unsafe { core::arch::asm!("/* {0} */", in(reg) user, options(nostack, preserves_flags)) };
+    cur.end();
 }
 
 /// The least a block can hold: glibc's smallest chunk (32 bytes) less its size word. Asking the
@@ -323,6 +360,8 @@ pub fn release(user: *mut u8, from: Origin) {
     } else {
         None
     };
+    let cur = thread::current();
+    cur.begin(op::FREE, header::from_user(user).cast());
     let claimed = claim("free", user, true);
     if let (Some(slot), Claim::Mine(_) | Claim::Handed) = (pending, &claimed) {
         slot.publish();
@@ -334,6 +373,7 @@ pub fn release(user: *mut u8, from: Origin) {
         }
         bootstrap::dispose(real, hdr);
     }
+    cur.end();
     saved.restore();
     after_change();
 }
@@ -412,11 +452,36 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     let Some(real) = bootstrap::real() else {
         return core::ptr::null_mut();
     };
+    let cur = thread::current();
+    cur.begin(op::REALLOC, header::from_user(user).cast());
     let hdr = match claim("realloc", user, false) {
         Claim::Mine(hdr) => hdr,
-        Claim::Elsewhere(hdr) => return move_from_elsewhere(real, hdr, user, size, from),
-        Claim::Handed | Claim::Bad => return core::ptr::null_mut(),
+        Claim::Elsewhere(hdr) => {
+            cur.end();
+            return move_from_elsewhere(real, hdr, user, size, from);
+        }
+        Claim::Handed | Claim::Bad => {
+            cur.end();
+            return core::ptr::null_mut();
+        }
     };
+    let new = realloc_claimed(real, cur, hdr, user, size, from);
+    done(cur, new);
+    new
+}
+
+/// realloc of a block this thread claimed (off its list), with the realloc's record begun on
+/// `cur`, the calling thread's area: the block moves or grows in place, or goes back on the list
+/// when that fails.
+#[inline(always)]
+fn realloc_claimed(
+    real: &Real,
+    cur: thread::Current,
+    hdr: *mut Header,
+    user: *mut u8,
+    size: usize,
+    from: Origin,
+) -> *mut u8 {
     // SAFETY: we own the claimed header.
     let align_log2 = unsafe { (*hdr).align_log2() };
     let saved = Errno::save();
@@ -424,6 +489,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
         // The backend's realloc would not keep the alignment or our lead: move by hand.
         let new = allocate(size, 0, false, from);
         if new.is_null() {
+            cur.step(hdr.cast());
             unclaim(hdr);
             return new;
         }
@@ -467,11 +533,13 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     let base = unsafe { (real.realloc)(hdr.cast(), size.max(MIN_USABLE) + HEADER_SIZE) };
     if base.is_null() {
         // The old block is untouched: put it back as it was.
+        cur.step(hdr.cast());
         unclaim(hdr);
         return saved.fail(libc::ENOMEM);
     }
+    cur.step(base.cast());
     // SAFETY: a fresh (or resized) backend block of size + HEADER_SIZE bytes.
-    let new = unsafe { publish(base.cast(), size, 0, Stack::Taken(&frames, hint)) };
+    let new = unsafe { publish(cur, base.cast(), size, 0, Stack::Taken(&frames, hint)) };
     if let (Some(old), true) = (old, new != user) {
         // A block that moved was freed where it was, by this realloc.
         remember_moved(old, &frames);

@@ -34,7 +34,7 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 64;
+const NFIELDS: usize = 66;
 
 /// The checks `seal` writes: the head's, then one per entry, in order.
 pub static CHECKS: [AtomicU64; NFIELDS + 1] = [const { AtomicU64::new(0) }; NFIELDS + 1];
@@ -136,6 +136,8 @@ pub static dmem_layout: Layout = Layout {
         n(field::SENT_OFF_BYTES, offset_of!(Counts, bytes)),
         n(field::SENT_OFF_TEMPORARY, offset_of!(Counts, temporary)),
         n(field::SENT_OFF_FRAMES, offset_of!(Counts, frames)),
+        Entry::address(field::TLS_OFFSET, crate::tls::OFFSET.as_ptr()),
+        n(field::INFLIGHT_OFF, offset_of!(crate::tls::Area, inflight)),
     ],
 };
 

@@ -7,6 +7,7 @@
 
 use crate::tls;
 use core::cell::Cell;
+use core::sync::atomic::{compiler_fence, Ordering};
 
 /// The prefix of the thread's area that this file owns.
 #[repr(C)]
@@ -80,6 +81,54 @@ impl Current {
         }
     }
 
+    /// The thread's record of the operation in flight (`analysis::carried`).
+    #[inline(always)]
+    fn inflight(self) -> *mut u64 {
+        // SAFETY: the area is the calling thread's own; `inflight` is a field of it.
+        unsafe { core::ptr::addr_of_mut!((*self.0).inflight).cast::<u64>() }
+    }
+
+    /// Records that operation `op` now works on the header `hdr`, before any list is changed
+    /// for it: the header word first, so that a reader never pairs the operation with a stale
+    /// header. The stores are volatile and fenced for the compiler, so they stand where they
+    /// are written against the list's stores, as a debugger or a stopping signal sees them.
+    #[inline(always)]
+    pub fn begin(self, op: u64, hdr: *mut u8) {
+        let w = self.inflight();
+        // SAFETY: two words of the thread's own area, written by this thread alone; readers
+        // only read them while the thread is stopped or gone.
+        unsafe {
+            w.add(1).write_volatile(hdr as u64);
+            compiler_fence(Ordering::SeqCst);
+            w.write_volatile(op);
+        }
+        compiler_fence(Ordering::SeqCst);
+    }
+
+    /// The operation in flight, if any (`analysis::carried::op`).
+    #[inline(always)]
+    pub fn op(self) -> u64 {
+        // SAFETY: as in `begin`.
+        unsafe { self.inflight().read_volatile() }
+    }
+
+    /// The operation in flight moves on to another header (a realloc to its new block).
+    #[inline(always)]
+    pub fn step(self, hdr: *mut u8) {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: as in `begin`.
+        unsafe { self.inflight().add(1).write_volatile(hdr as u64) };
+        compiler_fence(Ordering::SeqCst);
+    }
+
+    /// No operation is in flight any more.
+    #[inline(always)]
+    pub fn end(self) {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: as in `begin`.
+        unsafe { self.inflight().write_volatile(0) };
+    }
+
     /// Enters libdmem (see `Guard`), or returns None when the thread is already inside.
     #[inline(always)]
     pub fn enter<'a>(self) -> Option<Guard<'a>> {
@@ -90,6 +139,18 @@ impl Current {
             busy.set(true);
             Some(Guard { busy })
         }
+    }
+}
+
+/// The record (`analysis::carried::WORDS` words) of the operation in flight on the thread whose
+/// thread pointer is `tp`; for the exit report, which reads it while that thread is stopped.
+pub fn inflight_at(tp: usize) -> Option<[u64; 2]> {
+    let area = tls::area_at(tp)?;
+    // SAFETY: `tp` is a live (stopped) thread's pointer, so its static TLS area lies at the
+    // same offset from it as ours does from ours; the two words are plain integers.
+    unsafe {
+        let w = core::ptr::addr_of!((*area).inflight).cast::<u64>();
+        Some([w.read_volatile(), w.add(1).read_volatile()])
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Area {
     pub walker: [u64; WALKER_WORDS],
     /// `stack_counts::Local`, whose zero means none.
     pub counts: [u64; COUNTS_WORDS],
+    /// The operation in flight on the thread (`thread::InFlight`), read by the exit report and
+    /// by readers of cores and processes at `dmem_layout`'s `inflight_off` into the area.
+    pub inflight: [u64; INFLIGHT_WORDS],
 }
 
 /// Room for `thread::State`, asserted where it is defined.
@@ -34,10 +37,13 @@ pub const THREAD_WORDS: usize = 3;
 pub const WALKER_WORDS: usize = 496;
 /// Room for `stack_counts::Local`, asserted where it is defined.
 pub const COUNTS_WORDS: usize = 3;
+/// Room for `thread::InFlight`: the operation, then the header it works on.
+pub const INFLIGHT_WORDS: usize = 2;
 
 /// The area's offset from the thread pointer; zero until learnt (it is never zero: the area lies
 /// below the thread pointer on x86_64 and above its reserved words on aarch64).
-static OFFSET: AtomicUsize = AtomicUsize::new(0);
+/// Public so that the layout descriptor can give its address to readers of other threads' areas.
+pub static OFFSET: AtomicUsize = AtomicUsize::new(0);
 
 #[inline(always)]
 fn thread_pointer() -> usize {
@@ -53,6 +59,14 @@ fn thread_pointer() -> usize {
         core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags))
     };
     tp
+}
+
+/// The area of the thread whose thread pointer is `tp`, or None before any area was found.
+pub fn area_at(tp: usize) -> Option<*mut Area> {
+    match OFFSET.load(Ordering::Relaxed) {
+        0 => None,
+        off => Some(tp.wrapping_add(off) as *mut Area),
+    }
 }
 
 /// The calling thread's area.

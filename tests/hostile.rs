@@ -133,7 +133,13 @@ fn assert_read_within_bounds(image: &[&str], v: &Victim) {
         "leaks:\n{}",
         both(&out)
     );
-    let out = run(&["verify"]);
+    // Problems found: verify says so in its answer and in its exit status.
+    let out = {
+        let words = with(&["verify"]);
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        launcher(&words)
+    };
+    assert_eq!(out.status.code(), Some(1), "verify:\n{}", both(&out));
     v.assert_named(&both(&out), "verify");
     assert!(
         text(&out.stdout).contains("1 problem found"),

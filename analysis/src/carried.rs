@@ -1,66 +1,78 @@
-//! Blocks a thread holds only by libdmem's header: between linking a new block and returning its
-//! user pointer, an allocation holds the block by its header's address alone (and may be in the
-//! backend meanwhile, giving back blocks other threads freed, or waiting on its lock). memcheck,
-//! which puts no header in front, sees such a thread hold the block it is allocating; so does
-//! this rule. A header's address is libdmem's to hold, never the program's, so only the words of
-//! a thread stopped inside a call into libdmem count: its interrupted instruction is libdmem's,
-//! or a return address into libdmem lies just above its stack pointer. The exit report and the
-//! launcher both apply it to each stopped thread's registers and the stack near its stack
-//! pointer.
+//! The operation in flight on a thread: what libdmem records, per thread, in the thread's own
+//! area, around each change of the lists, and what every reader makes of it.
+//!
+//! Between linking a new block and returning its user pointer, an allocation holds the block by
+//! its header's address alone (and may be in the backend meanwhile, giving back blocks other
+//! threads freed, or waiting on its lock). memcheck, which puts no header in front, sees such a
+//! thread hold the block it is allocating; so do dmem's readers. And a thread caught inside a
+//! link or an unlink leaves its list half changed (counters a block apart from the links, a
+//! back link not yet written): that is an operation in flight, not corruption.
+//!
+//! Nothing of this is guessed from a thread's stack: the library writes two words in the
+//! thread's area (`OP` and `HEADER`), the header first, before it touches a list, and clears
+//! the operation once the user pointer is in hand (or the block is given back). The exit report
+//! reads them from each stopped thread's area, the launcher from a core or a live process at
+//! the thread pointer (`fs_base`) plus the offset the layout descriptor publishes
+//! (`descriptor::field::TLS_OFFSET`, `descriptor::field::INFLIGHT_OFF`).
 
-/// How far above a stopped thread's stack pointer its call into libdmem may keep a header's
-/// address: libdmem's frames and the backend's below them.
-pub const CALL_SPAN: usize = 16 << 10;
-
-/// The most blocks one thread can be found carrying: the block it links and a few it gives back.
-pub const MOST: usize = 8;
-
-/// What one thread carries, found without allocating.
-pub struct Carried {
-    inside: bool,
-    found: [usize; MOST],
-    len: usize,
+/// The operations, as the library writes them in the thread's `OP` word. Zero: none.
+pub mod op {
+    pub const NONE: u64 = 0;
+    pub const MALLOC: u64 = 1;
+    pub const CALLOC: u64 = 2;
+    /// Every aligned entry point: memalign, posix_memalign, aligned_alloc, valloc, pvalloc.
+    pub const MEMALIGN: u64 = 3;
+    pub const REALLOC: u64 = 4;
+    pub const FREE: u64 = 5;
 }
 
-impl Carried {
-    /// For a thread whose interrupted instruction is libdmem's (`pc_is_own`) or not.
-    pub fn new(pc_is_own: bool) -> Carried {
-        Carried {
-            inside: pc_is_own,
-            found: [0; MOST],
-            len: 0,
+/// The words of a thread's record, in order: the operation, then the header it works on.
+pub const WORDS: usize = 2;
+
+/// The most blocks one thread can be found carrying. One today; kept as a bound for the
+/// fixed-size room readers that must not allocate set aside.
+pub const MOST: usize = 8;
+
+/// One thread's record, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pub op: u64,
+    /// The address of the header the operation works on.
+    pub header: u64,
+}
+
+impl InFlight {
+    /// The record from its words; None when no operation is in flight (or the words are not a
+    /// record this reader knows, which a reader of a core must not believe).
+    pub fn from_words(words: [u64; WORDS]) -> Option<InFlight> {
+        let [op, header] = words;
+        (op != op::NONE && op <= op::FREE && header != 0 && header.is_multiple_of(8))
+            .then_some(InFlight { op, header })
+    }
+
+    /// The entry point the operation came through, as the program called it.
+    pub fn entry(&self) -> &'static str {
+        match self.op {
+            op::MALLOC => "malloc",
+            op::CALLOC => "calloc",
+            op::MEMALIGN => "memalign",
+            op::REALLOC => "realloc",
+            op::FREE => "free",
+            _ => "?",
         }
     }
 
-    /// Words of the stack within `CALL_SPAN` of the stack pointer: a return address into
-    /// libdmem among them (`own`) puts the thread inside a call.
-    pub fn near(&mut self, words: &[usize], own: impl Fn(usize) -> bool) {
-        self.inside = self.inside || words.iter().any(|&w| own(w));
+    /// Whether the operation hands a block out: its header, once live, is held by the thread.
+    pub fn allocating(&self) -> bool {
+        matches!(self.op, op::MALLOC | op::CALLOC | op::MEMALIGN | op::REALLOC)
     }
 
-    /// Whether the thread is inside a call into libdmem.
-    pub fn inside(&self) -> bool {
-        self.inside
-    }
-
-    /// Takes from the thread's words those that are a live block's header address:
-    /// `block_at(a)` says whether a live block starts at `a`.
-    pub fn look(&mut self, words: &[usize], header_size: usize, block_at: impl Fn(usize) -> bool) {
-        if !self.inside {
-            return;
-        }
-        for &w in words {
-            let start = w.wrapping_add(header_size);
-            if self.len < MOST && !self.found().contains(&start) && block_at(start) {
-                self.found[self.len] = start;
-                self.len += 1;
-            }
-        }
-    }
-
-    /// The start pointers of the blocks found.
-    pub fn found(&self) -> &[usize] {
-        &self.found[..self.len]
+    /// The block the thread carries, as its start pointer: the block an allocation in flight
+    /// works on, when `block_at(start)` says a live block starts there. A free in flight carries
+    /// nothing: the program still holds the pointer it passed, or the block is gone.
+    pub fn carried(&self, header_size: u64, block_at: impl Fn(u64) -> bool) -> Option<u64> {
+        let start = self.header.checked_add(header_size)?;
+        (self.allocating() && block_at(start)).then_some(start)
     }
 }
 
@@ -69,20 +81,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_addresses_count_only_inside_a_call() {
-        let block_at = |a: usize| a == 0x1070 || a == 0x2070;
-        let words = [0x1000, 0x1070, 0x2000, 0x2000, 0x3000];
-        let mut outside = Carried::new(false);
-        outside.near(&[0x10, 0x20], |w| w == 0x7000);
-        outside.look(&words, 0x70, block_at);
-        assert!(!outside.inside());
-        assert_eq!(outside.found(), &[] as &[usize]);
-
-        let mut inside = Carried::new(false);
-        inside.near(&[0x10, 0x7000], |w| w == 0x7000);
-        inside.look(&words, 0x70, block_at);
-        // 0x1000 and 0x2000 are headers' addresses; 0x1070, a block's own start, is left to
-        // the ordinary scan; each block is found once.
-        assert_eq!(inside.found(), &[0x1070, 0x2070]);
+    fn only_a_recorded_allocation_carries_its_own_live_block() {
+        let block_at = |a: u64| a == 0x1070 || a == 0x2070;
+        assert_eq!(InFlight::from_words([op::NONE, 0x1000]), None);
+        assert_eq!(InFlight::from_words([99, 0x1000]), None);
+        assert_eq!(InFlight::from_words([op::MALLOC, 0]), None);
+        assert_eq!(InFlight::from_words([op::MALLOC, 0x1003]), None);
+        let m = InFlight::from_words([op::MALLOC, 0x1000]).unwrap();
+        assert_eq!(m.carried(0x70, block_at), Some(0x1070));
+        assert_eq!(m.entry(), "malloc");
+        // A block not (or no longer) live is nobody's to carry.
+        let gone = InFlight::from_words([op::MEMALIGN, 0x3000]).unwrap();
+        assert_eq!(gone.carried(0x70, block_at), None);
+        let f = InFlight::from_words([op::FREE, 0x2000]).unwrap();
+        assert_eq!(f.carried(0x70, block_at), None);
+        assert_eq!(f.entry(), "free");
     }
 }

@@ -24,7 +24,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
 /// Version 5: the descriptor carries its checks (`field::CHECKS`), and a reader refuses one
 /// without them, so a descriptor whose version byte was overwritten cannot pass for an older
 /// one that had none.
-pub const VERSION: u64 = 5;
+/// Version 6: each thread records the operation in flight on it (`field::TLS_OFFSET`,
+/// `field::INFLIGHT_OFF`, `carried`), and an allocation in progress is told from that record
+/// alone; a reader of an older descriptor has no record to read and spares no block for it.
+pub const VERSION: u64 = 6;
 /// Bytes of a field's name, NUL included.
 pub const NAME_LEN: usize = 24;
 /// Bytes before the first entry: magic, version and count.
@@ -137,6 +140,13 @@ pub mod field {
     pub const SENT_OFF_BYTES: &str = "sent_off_bytes";
     pub const SENT_OFF_TEMPORARY: &str = "sent_off_temporary";
     pub const SENT_OFF_FRAMES: &str = "sent_off_frames";
+    /// From version 6: the operation in flight on each thread (`carried`). The address of a
+    /// word holding the offset from a thread's pointer (x86-64: `fs_base`) to its area of
+    /// libdmem state (0 until the first thread found its area), and the offset in that area of
+    /// the record's `carried::WORDS` words: the operation (`carried::op`), then the address of
+    /// the header it works on.
+    pub const TLS_OFFSET: &str = "tls_offset";
+    pub const INFLIGHT_OFF: &str = "inflight_off";
 }
 
 /// Callee-saved registers in the `exit_entry` record.

@@ -142,7 +142,9 @@ def run(argv, runner=subprocess.run):
         raise DmemError("cannot run %s: %s" % (argv[0], e.strerror)) from None
     out = done.stdout.decode("utf-8", "replace")
     err = done.stderr.decode("utf-8", "replace")
-    if done.returncode != 0:
+    # Status 1 with an answer printed is an answer that found problems (`dmem verify`): shown
+    # as any answer is. An error prints nothing on stdout.
+    if done.returncode != 0 and not (done.returncode == 1 and out.strip()):
         lines = [line for line in err.splitlines() if line.strip()]
         msg = lines[-1] if lines else "%s exited with status %d" % (argv[0], done.returncode)
         # "dmem leaks: no libdmem..." -> "no libdmem...": the adapter adds its own "dmem: ".

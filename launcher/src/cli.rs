@@ -71,6 +71,11 @@ pub enum Command {
     /// ADDR: who freed it, when, and at which stack. ADDR is a number, 0x-prefixed for hex.
     Whatis(AddrArgs),
     /// The lists checked: links, magic, sizes and counters; every problem with its address
+    ///
+    /// A thread caught inside malloc, free, realloc or memalign (a core of a busy program) has
+    /// its list half changed: verify names the operation in flight (thread, block, entry
+    /// point) on one line each, and that is not a problem. The exit status is 0 when no
+    /// problem was found, 1 when one was (a header or link that no operation in flight explains).
     Verify(PlainArgs),
     /// The descriptor's counters, and the live blocks and bytes per allocating thread
     Stats(PlainArgs),

@@ -119,7 +119,10 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         Stacks(a) => print(commands::heap::stacks(a)),
         Walk(a) => print(commands::heap::walk(a)),
         Whatis(a) => print(commands::heap::whatis(a)),
-        Verify(a) => print(commands::heap::verify(a)),
+        // Problems found: status 1, after the answer that names them.
+        Verify(a) => {
+            commands::heap::verify(a).and_then(|(text, ok)| Ok(print(Ok(text))?.max(u8::from(!ok) as i32)))
+        }
         Stats(a) => print(commands::heap::stats(a)),
         Folded(a) => print(commands::leaks::folded(a)),
         Leaks(a) => print(commands::leaks::leaks(a)),

@@ -4,16 +4,15 @@
 //! `analysis::roots`.
 
 use super::live::Live;
-use super::memory::scan_words;
 use super::memory::OwnMemory;
 use super::stopworld::{Seen, World};
 use crate::analysis::arena;
-use crate::analysis::carried::{Carried, CALL_SPAN};
+use crate::analysis::carried::InFlight;
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
 use crate::analysis::roots::{extra_roots, mark_heaps};
 use crate::header::HEADER_SIZE;
-use crate::{bootstrap, procmaps, unwind};
+use crate::{bootstrap, procmaps, thread, unwind};
 
 /// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
 pub(super) const RED_ZONE: usize = 128;
@@ -140,13 +139,7 @@ pub(super) fn thread_roots(
 
     for seen in world.threads() {
         match seen {
-            Seen::Stopped {
-                regs,
-                sp,
-                tp,
-                pc,
-                carry,
-            } => {
+            Seen::Stopped { regs, sp, tp, carry } => {
                 roots.push(regs);
                 let Some((lo, top)) = procmaps::mapping_containing(sp) else {
                     continue;
@@ -157,9 +150,8 @@ pub(super) fn thread_roots(
                     (sp.saturating_sub(RED_ZONE).max(lo), top)
                 };
                 roots.push(stack);
-                let c = carried(blocks, regs, stack, pc);
-                if !c.found().is_empty() {
-                    roots.push(carry.keep(c.found()));
+                if let Some(start) = carried(blocks, tp) {
+                    roots.push(carry.keep(&[start]));
                 }
                 // A thread's static TLS lies right below its descriptor, which glibc places at
                 // the top of the thread's stack mapping, so the stack scan above covers it. The
@@ -192,20 +184,12 @@ pub(super) fn thread_roots(
     checked.sort_unstable();
 }
 
-/// Blocks a thread stopped inside a call into libdmem holds only by their header's address
-/// (see `analysis::carried`), as start pointers.
-fn carried(blocks: &Blocks, regs: (usize, usize), stack: (usize, usize), pc: usize) -> Carried {
-    let mut c = Carried::new(unwind::is_own(pc));
-    let near = (stack.0, stack.1.min(stack.0 + RED_ZONE + CALL_SPAN));
-    if !c.inside() {
-        scan_words(near.0, near.1, &mut |ws| c.near(ws, unwind::is_own));
-    }
-    for (s, e) in [regs, near] {
-        scan_words(s, e, &mut |ws| {
-            c.look(ws, HEADER_SIZE, |a| blocks.starting_at(a).is_some())
-        });
-    }
-    c
+/// The block a stopped thread's allocation in flight holds by its header alone, as its start
+/// pointer: from the record the thread's area keeps (see `analysis::carried`).
+fn carried(blocks: &Blocks, tp: usize) -> Option<usize> {
+    let rec = InFlight::from_words(thread::inflight_at(tp)?)?;
+    rec.carried(HEADER_SIZE as u64, |a| blocks.starting_at(a as usize).is_some())
+        .map(|a| a as usize)
 }
 
 /// Writable memory of the program's own that holds no block, memcheck's roots beyond the

@@ -54,8 +54,6 @@ pub struct Slot {
     state: AtomicU32,
     sp: AtomicUsize,
     tp: AtomicUsize,
-    /// The interrupted instruction's address.
-    pc: AtomicUsize,
     regs: UnsafeCell<[usize; NREGS]>,
     /// Start pointers the exiting thread writes for the blocks this thread carried (`Carry`).
     carried: UnsafeCell<[usize; CARRIED]>,
@@ -70,12 +68,11 @@ unsafe impl Sync for Slot {}
 /// What became of one thread.
 pub enum Seen<'a> {
     /// Parked in the handler: its registers (as a memory range holding `NREGS` words), stack
-    /// pointer, thread pointer (`pthread_self`) and the interrupted instruction's address.
+    /// pointer and thread pointer (`pthread_self`).
     Stopped {
         regs: (usize, usize),
         sp: usize,
         tp: usize,
-        pc: usize,
         carry: Carry<'a>,
     },
     /// Did not answer in time; the stack pointer the kernel shows, when it shows one.
@@ -112,7 +109,6 @@ impl World {
                 state: AtomicU32::new(FREE),
                 sp: AtomicUsize::new(0),
                 tp: AtomicUsize::new(0),
-                pc: AtomicUsize::new(0),
                 regs: UnsafeCell::new([0; NREGS]),
                 carried: UnsafeCell::new([0; CARRIED]),
             })
@@ -224,7 +220,6 @@ impl World {
                         regs: (regs, regs + NREGS * 8),
                         sp: slot.sp.load(Ordering::Relaxed),
                         tp: slot.tp.load(Ordering::Relaxed),
-                        pc: slot.pc.load(Ordering::Relaxed),
                         carry: Carry(slot),
                     })
                 }
@@ -304,10 +299,6 @@ fn save(slot: &Slot, ctx: *mut c_void) {
             }
             slot.sp.store(
                 uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize,
-                Ordering::Relaxed,
-            );
-            slot.pc.store(
-                uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
                 Ordering::Relaxed,
             );
         }

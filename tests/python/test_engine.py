@@ -123,6 +123,11 @@ class RunTests(unittest.TestCase):
             engine.run(["dmem", "leaks"], runner=lambda *a, **k: Done(3))
         self.assertIn("status 3", str(e.exception))
 
+    def test_an_answer_that_found_problems_comes_back_as_an_answer(self):
+        said = b"header 0x1000: bad magic\ndmem verify: 1 problem found\n"
+        out = engine.run(["dmem", "verify"], runner=lambda *a, **k: Done(1, said, b""))
+        self.assertEqual(out, (said.decode(), ""))
+
     def test_a_missing_binary_is_one_line(self):
         def boom(*a, **k):
             raise OSError(2, "No such file or directory")

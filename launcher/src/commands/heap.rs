@@ -460,6 +460,61 @@ fn block_problems(ins: &Inspect, out: &mut Vec<Problem>) {
     }
 }
 
+/// An operation a thread had in flight in the image (see `analysis::carried`): what `verify`
+/// names instead of the half-changed list it explains.
+#[derive(Serialize)]
+pub struct InFlightJson {
+    tid: u32,
+    /// The entry point: malloc, calloc, memalign, realloc or free.
+    entry: &'static str,
+    block: String,
+    header: String,
+    /// The list the header names, when it names one.
+    list: Option<u64>,
+    /// Whether that list was caught half changed (its sequence counter odd).
+    mid_change: bool,
+}
+
+/// The operations in flight on the image's threads, from the record each keeps in its area.
+fn in_flight(ins: &Inspect) -> Vec<InFlightJson> {
+    let l = &ins.image.layout;
+    let mem = &*ins.image.mem;
+    let mask = 1u64
+        .checked_shl(l.size_list_bits as u32)
+        .map_or(u64::MAX, |m| m - 1);
+    ins.image
+        .threads
+        .iter()
+        .filter_map(|t| {
+            let rec = l.inflight(mem, t.fs_base())?;
+            let list = mem
+                .u64_at(rec.header + l.off_size)
+                .ok()
+                .map(|w| (w >> l.size_list_shift) & mask)
+                .filter(|&i| i < l.nlists);
+            let mid_change =
+                list.is_some_and(|i| ins.heap.lists.get(i as usize).is_some_and(|li| li.mid_change));
+            Some(InFlightJson {
+                tid: t.tid,
+                entry: rec.entry(),
+                block: hex(rec.header + l.header_size),
+                header: hex(rec.header),
+                list,
+                mid_change,
+            })
+        })
+        .collect()
+}
+
+/// The problems an operation in flight explains: those of a list caught half changed whose
+/// change a thread's record names. Anything else stays a problem, however busy the program was.
+fn explained(p: &Problem, ins: &Inspect, busy: &[InFlightJson]) -> bool {
+    p.list.is_some_and(|i| {
+        ins.heap.lists.get(i as usize).is_some_and(|li| li.mid_change)
+            && busy.iter().any(|b| b.list == Some(i))
+    })
+}
+
 /// `verify`: what the checks of the lists found.
 #[derive(Serialize)]
 pub struct Verify {
@@ -468,6 +523,8 @@ pub struct Verify {
     blocks: u64,
     bytes: u64,
     problems: Vec<ProblemJson>,
+    /// Operations the threads had in flight, which explain their lists' half-done changes.
+    in_flight: Vec<InFlightJson>,
     /// Each problem as text, with the stack of the block it concerns.
     #[serde(skip)]
     problem_lines: Vec<String>,
@@ -477,7 +534,22 @@ impl Answer for Verify {
     const COMMAND: &'static str = "verify";
 
     fn lines(&self) -> Vec<String> {
-        let mut out = self.problem_lines.clone();
+        let mut out: Vec<String> = self
+            .in_flight
+            .iter()
+            .map(|b| {
+                let list = match (b.list, b.mid_change) {
+                    (Some(i), true) => format!("; list {i} is half changed by it, as expected"),
+                    (Some(i), false) => format!(" on list {i}"),
+                    (None, _) => String::new(),
+                };
+                format!(
+                    "thread {}: {} in flight on block {} (header {}){list}: not a problem",
+                    b.tid, b.entry, b.block, b.header
+                )
+            })
+            .collect();
+        out.extend(self.problem_lines.iter().cloned());
         let (lists, blocks) = (plural(self.lists, "list"), plural(self.blocks, "block"));
         out.push(if self.ok {
             format!(
@@ -495,10 +567,12 @@ impl Answer for Verify {
     }
 }
 
-pub fn verify(args: cli::PlainArgs) -> Result<String> {
+/// `verify`'s answer, and whether the heap was found sound (the exit status says so).
+pub fn verify(args: cli::PlainArgs) -> Result<(String, bool)> {
     let mut ins = Inspect::open(&args.image, Need::Snapshot)?;
+    let busy = in_flight(&ins);
     let problems = verify_problems(&ins);
-    let problems: Vec<&Problem> = problems.iter().collect();
+    let problems: Vec<&Problem> = problems.iter().filter(|p| !explained(p, &ins, &busy)).collect();
     let (blocks, bytes) = ins.heap.totals(&ins.heap.everything());
     let answer = Verify {
         ok: problems.is_empty(),
@@ -506,10 +580,11 @@ pub fn verify(args: cli::PlainArgs) -> Result<String> {
         blocks,
         bytes,
         problems: problems_json(&problems),
+        in_flight: busy,
         problem_lines: heap::problem_lines(&problems, &ins.heap.blocks, &ins.heap.stacks, &mut ins.namer, ""),
     };
     // The problems are the answer, not warnings in front of it.
-    Ok(render(&answer, args.json, Vec::new))
+    Ok((render(&answer, args.json, Vec::new), answer.ok))
 }
 
 /// `stats`: the descriptor's counters and the live blocks per allocating thread.

@@ -19,7 +19,6 @@
 //! * what a core did not dump: memory nothing was ever written to holds no pointer.
 
 use crate::analysis::arena::{self, Words};
-use crate::analysis::carried::{self, Carried};
 use crate::analysis::descriptor;
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
@@ -279,12 +278,11 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     excluded.extend(history_rings(image));
     let exit = exit_entry(image);
     let tls = tls_size(objects);
-    let own = objects.iter().find(|o| o.contains(image.layout.addr));
     for t in &image.threads {
         let entered = exit.as_ref().filter(|x| x.tid == t.tid);
         thread_roots(mem, t, entered, tls, heap, &mut roots);
-        if let (None, Some(own)) = (entered, own) {
-            roots.extend(carried_roots(mem, t, own, heap));
+        if entered.is_none() {
+            roots.extend(carried_roots(image, t, heap));
         }
     }
     own_memory_roots(image, objects, heap, &excluded, &main_heap, &mut roots);
@@ -423,42 +421,22 @@ fn thread_roots(
     roots.extend(register_roots(t, entered));
 }
 
-/// Blocks a thread stopped inside a call into libdmem holds only by their header's address (see
-/// `analysis::carried`), as start pointers, like registers' values.
-fn carried_roots(mem: &dyn Memory, t: &Thread, own: &Loaded, heap: &Heap) -> Vec<Root> {
-    let sp = t.sp();
-    let Some((lo, hi)) = Some(sp).filter(|&sp| sp != 0).and_then(|sp| mem.extent(sp)) else {
-        return Vec::new();
-    };
-    let start = lo.max(sp.saturating_sub(RED_ZONE));
-    let end = hi.min(start + RED_ZONE + carried::CALL_SPAN as u64);
-    let mut near = vec![0usize; ((end - start) / 8) as usize];
-    let n = ImageWords(mem).read_words(start as usize, &mut near);
-    near.truncate(n);
-    let regs: Vec<usize> = POINTER_REGS
-        .iter()
-        .filter_map(|&r| t.reg(r))
-        .map(|v| v as usize)
-        .collect();
-    let own_word = |w: usize| own.contains(w as u64);
-    let mut c = Carried::new(t.reg("rip").is_some_and(|pc| own.contains(pc)));
-    c.near(&near, own_word);
-    let block_at =
-        |a: usize| matches!(heap.find(a as u64), Some((i, Within::Block)) if heap.blocks[i].addr == a as u64);
-    c.look(&regs, heap.header_size as usize, block_at);
-    c.look(&near, heap.header_size as usize, block_at);
-    c.found()
-        .iter()
-        .map(|&b| Root {
-            kind: Kind::Register(b as u64),
-            what: format!(
-                "thread {}'s allocation in progress, which holds the block by its header",
-                t.tid
-            ),
-            start: 0,
-            end: 0,
-        })
-        .collect()
+/// The block a thread's allocation in flight holds by its header alone (see
+/// `analysis::carried`), as a start pointer, like a register's value.
+fn carried_roots(image: &Image, t: &Thread, heap: &Heap) -> Option<Root> {
+    let rec = image.layout.inflight(&*image.mem, t.fs_base())?;
+    let block_at = |a: u64| matches!(heap.find(a), Some((i, Within::Block)) if heap.blocks[i].addr == a);
+    let start = rec.carried(heap.header_size, block_at)?;
+    Some(Root {
+        kind: Kind::Register(start),
+        what: format!(
+            "thread {}'s {} in progress, which holds the block by its header",
+            t.tid,
+            rec.entry()
+        ),
+        start: 0,
+        end: 0,
+    })
 }
 
 /// A thread's registers that hold something: the pointer registers, or for the thread that

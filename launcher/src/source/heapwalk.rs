@@ -18,6 +18,7 @@
 //! every list comes out whole on the first attempt (unless the core was taken mid-update).
 
 use super::history::HistoryLayout;
+use crate::analysis::carried::{self, InFlight};
 use crate::analysis::descriptor::{self, field, Fields, Sealed};
 use crate::analysis::fit::{self, Misfit};
 use crate::source::elf::{self, ElfObject};
@@ -79,6 +80,10 @@ pub struct Layout {
     /// Where the record of the program's entry into the exit path is (`field::EXIT_ENTRY`), in
     /// a library that keeps one.
     pub exit_entry: Option<u64>,
+    /// From version 6: where each thread's record of the operation in flight is (see
+    /// `analysis::carried`): the address of the word holding the offset from a thread pointer
+    /// to the thread's area, and the record's offset in the area.
+    pub inflight: Option<(u64, u64)>,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -171,6 +176,11 @@ impl Layout {
             history: HistoryLayout::read(&f).map_err(LayoutError::Invalid)?,
             sealed,
             exit_entry: f.get(field::EXIT_ENTRY),
+            inflight: if f.version >= 6 {
+                Some((w(field::TLS_OFFSET)?, w(field::INFLIGHT_OFF)?))
+            } else {
+                None
+            },
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
@@ -234,6 +244,22 @@ impl Layout {
                 crate::cli::show(lib)
             )
         })
+    }
+
+    /// The operation in flight on the thread whose thread pointer (`fs_base`) is `tp`, from
+    /// the record the library keeps in the thread's area; None when none is, or the descriptor
+    /// is older than the record, or the thread's area cannot be read.
+    pub fn inflight(&self, mem: &dyn Memory, tp: u64) -> Option<InFlight> {
+        let (offset_at, off) = self.inflight?;
+        let offset = mem.u64_at(offset_at).ok().filter(|&o| o != 0)?;
+        // The area lies below the thread pointer on x86-64: the word holds a negative distance,
+        // added modulo 2^64 as the library adds it.
+        let at = tp.wrapping_add(offset).wrapping_add(off);
+        let mut words = [0u64; carried::WORDS];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = mem.u64_at(at + 8 * i as u64).ok()?;
+        }
+        InFlight::from_words(words)
     }
 
     /// The descriptor's flag word (`FLAG_RECORDING`...).
@@ -1500,6 +1526,7 @@ pub mod tests {
                     list_off_hand: None,
                     history: None,
                     sealed: Sealed::Older,
+                    inflight: None,
                     ..now
                 }
             )
