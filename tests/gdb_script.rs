@@ -502,12 +502,7 @@ fn a_bare_core_answers_through_glibc_and_a_damaged_descriptor_gets_one_line() {
     let s = gdbrun::on_core(&dir, &prog, &plain, &cmds);
     s.assert_no_traceback();
     let errors: Vec<&str> = s.stderr.lines().filter(|l| l.starts_with("dmem:")).collect();
-    assert_eq!(
-        errors.len(),
-        1,
-        "one error line, for stacks alone:\n{}",
-        s.stderr
-    );
+    assert_eq!(errors.len(), 1, "one error line, for stacks alone:\n{}", s.stderr);
     assert!(
         errors[0].contains("ran without libdmem, so it has no allocation stacks"),
         "{}",
