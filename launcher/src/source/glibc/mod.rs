@@ -87,7 +87,7 @@ pub fn find(mem: &dyn Memory, maps: &Mappings, name: &str) -> Result<Glibc, Stri
     let words = ImageWords(mem);
     let segments: Vec<(usize, usize)> = crate::model::roots::loaded(maps)
         .iter()
-        .filter(|o| o.path == libc)
+        .filter(|o| o.elf.path == libc)
         .flat_map(|o| o.writable())
         .map(|(s, e)| (s as usize, e as usize))
         .collect();
@@ -143,6 +143,7 @@ pub fn layout() -> Layout {
         history: None,
         sealed: Sealed::Older,
         exit_entry: None,
+        inflight: None,
     }
 }
 
