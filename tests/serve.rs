@@ -876,3 +876,27 @@ fn record_keeps_only_the_newest_and_stops_on_ctrl_c() {
     assert!(n >= 3, "{err}");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "{err}");
 }
+
+#[test]
+fn a_program_run_from_a_directory_whose_name_is_not_utf8_gets_its_profile() {
+    if !have(&["curl"]) {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let dir = common::scratch_dir("serve-not-utf8").join(std::ffi::OsStr::from_bytes(b"d\xe9j\xe0"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("heap_phases");
+    std::fs::copy(common::fixture("heap_phases"), &prog).unwrap();
+    let mut cmd = common::preloaded(&prog, "", None);
+    cmd.args(["1", "100", "64", "0", "60000"]);
+    let target = live::start_command(cmd, "heap_phases");
+    let serve = Serve::start(dmem(), &[target.pid]);
+    let (code, body) = get(&serve.url(&format!("/debug/pprof/heap?pid={}", target.pid)));
+    assert_eq!(code, 200, "{}", shown(&body));
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzipped profile");
+    let (code, body) = get(&serve.url("/metrics"));
+    assert_eq!(code, 200, "{}", shown(&body));
+    let want = format!("dmem_live_blocks{{pid=\"{}\"", target.pid);
+    assert!(common::text(&body).contains(&want), "{}", shown(&body));
+    assert!(!serve.log().contains("not allowed"), "{}", serve.log());
+}
