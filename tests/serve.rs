@@ -878,6 +878,37 @@ fn record_keeps_only_the_newest_and_stops_on_ctrl_c() {
 }
 
 #[test]
+fn another_users_idle_connections_do_not_lock_roots_scrape_out() {
+    if !root_with_setpriv() {
+        return;
+    }
+    let serve = Serve::start(dmem(), &[]);
+    let port = serve.addr.rsplit(':').next().unwrap().to_owned();
+    // More idle connections than the server has slots, held by nobody: each one closed is
+    // opened again.
+    let mut flood = as_nobody(common::fixture("idle_flood"));
+    flood.args([port.as_str(), "600"]);
+    let _flood = live::start_command(flood, "idle_flood");
+    let want = "user 65534 holds ";
+    let log = serve.log_with(want);
+    assert!(log.contains(want), "nobody's connections were not limited: {log}");
+    // Root's scrapes are answered all the while, again and again.
+    for _ in 0..5 {
+        let (code, body) = get(&serve.url("/metrics"));
+        assert_eq!(code, 200, "{}", shown(&body));
+        assert!(common::text(&body).contains("dmem_processes"), "{}", shown(&body));
+    }
+    // And nobody's own requests get the one line saying why.
+    let (code, body) = curl(as_nobody("curl"), &serve.url("/metrics"), &[]);
+    let body = shown(&body);
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("connections from user 65534 are open already"),
+        "{body}"
+    );
+}
+
+#[test]
 fn a_program_run_from_a_directory_whose_name_is_not_utf8_gets_its_profile() {
     if !have(&["curl"]) {
         return;
