@@ -917,7 +917,9 @@ fn a_program_run_from_a_directory_whose_name_is_not_utf8_gets_its_profile() {
     let dir = common::scratch_dir("serve-not-utf8").join(std::ffi::OsStr::from_bytes(b"d\xe9j\xe0"));
     std::fs::create_dir_all(&dir).unwrap();
     let prog = dir.join("heap_phases");
-    std::fs::copy(common::fixture("heap_phases"), &prog).unwrap();
+    // A link, not a copy: a copy's descriptor open for writing, inherited by a child another
+    // test forks meanwhile, would make starting it fail with ETXTBSY.
+    std::fs::hard_link(common::fixture("heap_phases"), &prog).unwrap();
     let mut cmd = common::preloaded(&prog, "", None);
     cmd.args(["1", "100", "64", "0", "60000"]);
     let target = live::start_command(cmd, "heap_phases");

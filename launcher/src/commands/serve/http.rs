@@ -5,8 +5,9 @@
 //! in at most `MAX_HEAD` bytes and `MAX_HEADERS` header fields. So an idle, slow or non-HTTP
 //! client costs a descriptor and a small buffer for a few seconds, never a thread, and at most
 //! `max_connections()` are open at once (past that a new one is answered 503 and closed). Each
-//! peer (a local user, told by the kernel's socket table, or another host) may hold only
-//! `share()` of those, so one user's idle connections cannot lock another's scrape out. What
+//! peer (a local user, told by the kernel's socket table, or another host) but root and the
+//! server's own user may hold only `share()` of those, so one user's idle connections cannot
+//! lock another's scrape out. What
 //! is not an HTTP/1.x request head (an HTTP/2 preface, a TLS hello) is answered with an error and
 //! closed as soon as it shows. A whole request goes to a lane: a fixed pool of workers with a
 //! bounded queue, so cheap requests never wait behind expensive ones in another lane, and a lane
@@ -45,6 +46,12 @@ pub fn max_connections() -> usize {
 /// slots, so that a user flooding the server with idle connections leaves the rest to others.
 pub fn share(most: usize) -> usize {
     (most / 8).max(2)
+}
+
+/// Whether `from` may use every slot: root, and the user `dmem serve` runs as, who could stop
+/// or replace the server anyway.
+fn trusted(from: Peer) -> bool {
+    matches!(from, Peer::User(uid) if uid == 0 || uid == sys::euid())
 }
 
 /// Who a connection comes from, as far as sharing the connection slots goes.
@@ -562,7 +569,7 @@ fn admit(
     }
     full.all = false;
     let share = share(most);
-    if conns.iter().filter(|c| c.from == from).count() >= share {
+    if !trusted(from) && conns.iter().filter(|c| c.from == from).count() >= share {
         if full.peers.insert(from) {
             eprintln!(
                 "dmem serve: {from} holds {share} connections, its share of the {most} allowed: its new ones are \
