@@ -889,15 +889,15 @@ fn another_users_idle_connections_do_not_lock_roots_scrape_out() {
     let mut flood = as_nobody(common::fixture("idle_flood"));
     flood.args([port.as_str(), "600"]);
     let _flood = live::start_command(flood, "idle_flood");
-    let want = "user 65534 holds ";
-    let log = serve.log_with(want);
-    assert!(log.contains(want), "nobody's connections were not limited: {log}");
     // Root's scrapes are answered all the while, again and again.
     for _ in 0..5 {
         let (code, body) = get(&serve.url("/metrics"));
         assert_eq!(code, 200, "{}", shown(&body));
         assert!(common::text(&body).contains("dmem_processes"), "{}", shown(&body));
     }
+    let want = "user 65534 holds ";
+    let log = serve.log_with(want);
+    assert!(log.contains(want), "nobody's connections were not limited: {log}");
     // And nobody's own requests get the one line saying why.
     let (code, body) = curl(as_nobody("curl"), &serve.url("/metrics"), &[]);
     let body = shown(&body);
