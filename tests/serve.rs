@@ -876,3 +876,60 @@ fn record_keeps_only_the_newest_and_stops_on_ctrl_c() {
     assert!(n >= 3, "{err}");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "{err}");
 }
+
+#[test]
+fn another_users_idle_connections_do_not_lock_roots_scrape_out() {
+    if !root_with_setpriv() {
+        return;
+    }
+    let serve = Serve::start(dmem(), &[]);
+    let port = serve.addr.rsplit(':').next().unwrap().to_owned();
+    // More idle connections than the server has slots, held by nobody: each one closed is
+    // opened again.
+    let mut flood = as_nobody(common::fixture("idle_flood"));
+    flood.args([port.as_str(), "600"]);
+    let _flood = live::start_command(flood, "idle_flood");
+    // Root's scrapes are answered all the while, again and again.
+    for _ in 0..5 {
+        let (code, body) = get(&serve.url("/metrics"));
+        assert_eq!(code, 200, "{}", shown(&body));
+        assert!(common::text(&body).contains("dmem_processes"), "{}", shown(&body));
+    }
+    let want = "user 65534 holds ";
+    let log = serve.log_with(want);
+    assert!(log.contains(want), "nobody's connections were not limited: {log}");
+    // And nobody's own requests get the one line saying why.
+    let (code, body) = curl(as_nobody("curl"), &serve.url("/metrics"), &[]);
+    let body = shown(&body);
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("connections from user 65534 are open already"),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_program_run_from_a_directory_whose_name_is_not_utf8_gets_its_profile() {
+    if !have(&["curl"]) {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let dir = common::scratch_dir("serve-not-utf8").join(std::ffi::OsStr::from_bytes(b"d\xe9j\xe0"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("heap_phases");
+    // A link, not a copy: a copy's descriptor open for writing, inherited by a child another
+    // test forks meanwhile, would make starting it fail with ETXTBSY.
+    std::fs::hard_link(common::fixture("heap_phases"), &prog).unwrap();
+    let mut cmd = common::preloaded(&prog, "", None);
+    cmd.args(["1", "100", "64", "0", "60000"]);
+    let target = live::start_command(cmd, "heap_phases");
+    let serve = Serve::start(dmem(), &[target.pid]);
+    let (code, body) = get(&serve.url(&format!("/debug/pprof/heap?pid={}", target.pid)));
+    assert_eq!(code, 200, "{}", shown(&body));
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzipped profile");
+    let (code, body) = get(&serve.url("/metrics"));
+    assert_eq!(code, 200, "{}", shown(&body));
+    let want = format!("dmem_live_blocks{{pid=\"{}\"", target.pid);
+    assert!(common::text(&body).contains(&want), "{}", shown(&body));
+    assert!(!serve.log().contains("not allowed"), "{}", serve.log());
+}

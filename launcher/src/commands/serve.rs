@@ -76,7 +76,8 @@ pub fn main(args: ServeArgs) -> Result<i32> {
         },
     ];
     let pick = |req: &Request| usize::from(split_target(&req.target).0 != "/debug/pprof/heap");
-    http::run(listener, &lanes, &pick, &INTERRUPTED).map_err(|e| failed(format!("stopped serving: {e}")))?;
+    http::run(listener, &lanes, &pick, &access::peers, &INTERRUPTED)
+        .map_err(|e| failed(format!("stopped serving: {e}")))?;
     Ok(0)
 }
 

@@ -5,6 +5,7 @@
 use crate::analysis::maps::MapsLine;
 use crate::source::files::Local;
 use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,8 +49,10 @@ impl Mappings {
     /// upgrade replaces or removes the one at its path. Where those links cannot be read (a
     /// kernel that keeps them to CAP_SYS_ADMIN), files are read at their paths.
     pub fn of_process(pid: i32) -> std::io::Result<Mappings> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        let mut maps = Mappings::new(text.lines().filter_map(parse_line).collect());
+        // Read as bytes: a path need not be UTF-8, and a program run from such a directory is
+        // as readable as any other.
+        let bytes = std::fs::read(format!("/proc/{pid}/maps"))?;
+        let mut maps = Mappings::new(bytes.split(|&b| b == b'\n').filter_map(parse_raw_line).collect());
         let link = |m: &Mapping| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
         let reachable = maps
             .list
@@ -122,6 +125,21 @@ impl Mappings {
 }
 
 /// One line of `/proc/PID/maps`, read by the analysis's one reader.
+/// A line of `/proc/PID/maps` as the kernel wrote it. Only the path may be other than UTF-8,
+/// and it is the only field with a `/`: the fields before it are parsed as text, the path
+/// kept as its bytes.
+fn parse_raw_line(line: &[u8]) -> Option<Mapping> {
+    if let Ok(text) = std::str::from_utf8(line) {
+        return parse_line(text);
+    }
+    let at = line.iter().position(|&b| b == b'/')?;
+    let mut m = parse_line(std::str::from_utf8(&line[..at]).ok()?)?;
+    let path = &line[at..];
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    m.path = Some(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+    Some(m)
+}
+
 fn parse_line(line: &str) -> Option<Mapping> {
     let l = MapsLine::parse(line)?;
     let path = match l.path {
@@ -147,6 +165,17 @@ fn parse_line(line: &str) -> Option<Mapping> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_that_is_not_utf8_is_kept_as_its_bytes() {
+        let line = b"7f1c2a000000-7f1c2a022000 r-xp 00028000 08:01 1234    /tmp/d\xe9j\xe0/prog (deleted)";
+        let m = parse_raw_line(line).unwrap();
+        assert_eq!(m.start, 0x7f1c2a000000);
+        assert!(m.readable && m.executable);
+        let want = std::ffi::OsStr::from_bytes(b"/tmp/d\xe9j\xe0/prog");
+        assert_eq!(m.path.as_deref(), Some(Path::new(want)));
+        assert_eq!(m.special, None);
+    }
 
     #[test]
     fn parses_maps_lines() {

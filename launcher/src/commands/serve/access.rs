@@ -19,7 +19,7 @@
 //! A Unix socket would give the client's credentials directly (`SO_PEERCRED`), but Prometheus,
 //! Parca, Alloy and `go tool pprof` scrape only TCP URLs, so the socket table it is.
 
-use super::http::{Reply, Request};
+use super::http::{Peer, Reply, Request};
 use crate::{usage, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
@@ -156,32 +156,66 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// client's, so it is on another host. An entry without an inode (a socket its process has
 /// closed) speaks for nobody.
 fn local_user(peer: SocketAddr, local: SocketAddr) -> std::io::Result<Option<u32>> {
-    // A client of an IPv4 address reaching a listener on `::` shows as an IPv4-mapped address;
-    // its socket is in the IPv4 table.
-    let unmapped = |a: SocketAddr| match a.ip() {
-        IpAddr::V6(ip) => ip
-            .to_ipv4_mapped()
-            .map_or(a, |v4| SocketAddr::new(IpAddr::V4(v4), a.port())),
-        IpAddr::V4(_) => a,
-    };
-    let (peer, local) = (unmapped(peer), unmapped(local));
-    if peer.is_ipv4() {
-        let text = std::fs::read_to_string("/proc/net/tcp")?;
-        if let Some(uid) = socket_owner(&text, &table_address(peer), &table_address(local)) {
-            return Ok(Some(uid));
-        }
+    Tables::read()?.user(peer, local)
+}
+
+/// The peer of each connection, by its two addresses (the client's, ours): the local user
+/// whose socket it is, or else the client's host. The socket tables are read once for all.
+pub fn peers(pairs: &[(SocketAddr, SocketAddr)]) -> Vec<Peer> {
+    let tables = Tables::read();
+    pairs
+        .iter()
+        .map(|&(peer, local)| {
+            let user = tables
+                .as_ref()
+                .ok()
+                .and_then(|t| t.user(peer, local).ok().flatten());
+            user.map_or(Peer::Host(peer.ip()), Peer::User)
+        })
+        .collect()
+}
+
+/// The kernel's tables of TCP sockets, IPv4's and IPv6's (empty on a kernel without IPv6).
+struct Tables {
+    tcp: String,
+    tcp6: String,
+}
+
+impl Tables {
+    fn read() -> std::io::Result<Tables> {
+        let tcp6 = match std::fs::read_to_string("/proc/net/tcp6") {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            text => text?,
+        };
+        Ok(Tables {
+            tcp: std::fs::read_to_string("/proc/net/tcp")?,
+            tcp6,
+        })
     }
-    // An IPv6 client, or one whose IPv6 socket reached an IPv4 address, mapped. A kernel
-    // without IPv6 has no such table.
-    let text = match std::fs::read_to_string("/proc/net/tcp6") {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        text => text?,
-    };
-    Ok(socket_owner(
-        &text,
-        &table_address(mapped(peer)),
-        &table_address(mapped(local)),
-    ))
+
+    /// As `local_user`, in these tables.
+    fn user(&self, peer: SocketAddr, local: SocketAddr) -> std::io::Result<Option<u32>> {
+        // A client of an IPv4 address reaching a listener on `::` shows as an IPv4-mapped address;
+        // its socket is in the IPv4 table.
+        let unmapped = |a: SocketAddr| match a.ip() {
+            IpAddr::V6(ip) => ip
+                .to_ipv4_mapped()
+                .map_or(a, |v4| SocketAddr::new(IpAddr::V4(v4), a.port())),
+            IpAddr::V4(_) => a,
+        };
+        let (peer, local) = (unmapped(peer), unmapped(local));
+        if peer.is_ipv4() {
+            if let Some(uid) = socket_owner(&self.tcp, &table_address(peer), &table_address(local)) {
+                return Ok(Some(uid));
+            }
+        }
+        // An IPv6 client, or one whose IPv6 socket reached an IPv4 address, mapped.
+        Ok(socket_owner(
+            &self.tcp6,
+            &table_address(mapped(peer)),
+            &table_address(mapped(local)),
+        ))
+    }
 }
 
 /// The address as an IPv6 socket holds it: an IPv4 one mapped.

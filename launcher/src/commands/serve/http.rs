@@ -4,7 +4,10 @@
 //! with poll(2) until each has sent a whole request head: within `HEAD_LIMIT` of being accepted,
 //! in at most `MAX_HEAD` bytes and `MAX_HEADERS` header fields. So an idle, slow or non-HTTP
 //! client costs a descriptor and a small buffer for a few seconds, never a thread, and at most
-//! `max_connections()` are open at once (past that a new one is answered 503 and closed). What
+//! `max_connections()` are open at once (past that a new one is answered 503 and closed). Each
+//! peer (a local user, told by the kernel's socket table, or another host) but root and the
+//! server's own user may hold only `share()` of those, so one user's idle connections cannot
+//! lock another's scrape out. What
 //! is not an HTTP/1.x request head (an HTTP/2 preface, a TLS hello) is answered with an error and
 //! closed as soon as it shows. A whole request goes to a lane: a fixed pool of workers with a
 //! bounded queue, so cheap requests never wait behind expensive ones in another lane, and a lane
@@ -13,8 +16,9 @@
 //! connection kept open after its answer would be one more to bound.
 
 use crate::sys;
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -37,6 +41,39 @@ const TICK: Duration = Duration::from_millis(200);
 pub fn max_connections() -> usize {
     (sys::open_files_limit() / 2).clamp(16, 512) as usize
 }
+
+/// The connections one peer may hold at once while their heads are read: an eighth of the
+/// slots, so that a user flooding the server with idle connections leaves the rest to others.
+pub fn share(most: usize) -> usize {
+    (most / 8).max(2)
+}
+
+/// Whether `from` may use every slot: root, and the user `dmem serve` runs as, who could stop
+/// or replace the server anyway.
+fn trusted(from: Peer) -> bool {
+    matches!(from, Peer::User(uid) if uid == 0 || uid == sys::euid())
+}
+
+/// Who a connection comes from, as far as sharing the connection slots goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// A local user, by the uid that owns the client's socket.
+    User(u32),
+    /// A client on another host (or one whose socket could not be found), by its address.
+    Host(IpAddr),
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Peer::User(uid) => write!(f, "user {uid}"),
+            Peer::Host(ip) => write!(f, "host {ip}"),
+        }
+    }
+}
+
+/// Tells the peer of each accepted connection from its two addresses (the client's, ours).
+pub type Peers<'a> = &'a dyn Fn(&[(SocketAddr, SocketAddr)]) -> Vec<Peer>;
 
 /// A request whose head was read whole.
 pub struct Request {
@@ -137,6 +174,7 @@ pub fn run(
     listener: TcpListener,
     lanes: &[Lane],
     pick: &dyn Fn(&Request) -> usize,
+    peers: Peers,
     stop: &AtomicBool,
 ) -> io::Result<()> {
     listener.set_nonblocking(true)?;
@@ -155,7 +193,7 @@ pub fn run(
         }
         // The senders go with this call: when it returns, each worker ends once its queue is
         // empty.
-        accept_loop(&listener, lanes, senders, pick, stop)
+        accept_loop(&listener, lanes, senders, pick, peers, stop)
     })
 }
 
@@ -225,6 +263,7 @@ fn refuse(stream: TcpStream, reply: Reply) {
 struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
+    from: Peer,
     head: Vec<u8>,
     deadline: Instant,
 }
@@ -320,13 +359,14 @@ fn accept_loop(
     lanes: &[Lane],
     senders: Vec<SyncSender<Job>>,
     pick: &dyn Fn(&Request) -> usize,
+    peers: Peers,
     stop: &AtomicBool,
 ) -> io::Result<()> {
     let most = max_connections();
     let mut conns: Vec<Conn> = Vec::new();
     // Set while connections are refused for being too many, or requests for a lane whose
     // queue is full, so that each is said once per spell.
-    let mut full = false;
+    let mut full = Full::default();
     let mut busy = vec![false; lanes.len()];
     // After a failed accept (out of descriptors, say), the listener rests a moment instead of
     // waking poll again at once.
@@ -338,7 +378,7 @@ fn accept_loop(
         let fds = wait_for_any(listener, &conns, now, accept_after)?;
         read_heads(&mut conns, &fds, lanes, &senders, pick, &mut busy);
         if fds[0].revents != 0 {
-            accept_all(listener, &mut conns, most, &mut full, &mut accept_after);
+            accept_all(listener, &mut conns, most, peers, &mut full, &mut accept_after);
         }
     }
     Ok(())
@@ -453,17 +493,31 @@ fn lane_full(stream: TcpStream, req: &Request, lane: &Lane, busy: &mut bool) {
     refuse(stream, reply);
 }
 
-/// Accepts every connection waiting on the listener, until none is left or accepting fails.
+/// Which limits new connections have been refused for since they last were not, so that each
+/// refusal is said once per spell.
+#[derive(Default)]
+struct Full {
+    all: bool,
+    peers: HashSet<Peer>,
+}
+
+/// Accepts every connection waiting on the listener, until none is left or accepting fails,
+/// then tells their peers (reading the socket table once for them all) and admits each.
 fn accept_all(
     listener: &TcpListener,
     conns: &mut Vec<Conn>,
     most: usize,
-    full: &mut bool,
+    peers: Peers,
+    full: &mut Full,
     accept_after: &mut Instant,
 ) {
+    let mut new = Vec::new();
     loop {
         match listener.accept() {
-            Ok((stream, peer)) => admit(stream, peer, conns, most, full),
+            Ok((stream, peer)) => match stream.local_addr() {
+                Ok(local) => new.push((stream, peer, local)),
+                Err(_) => continue,
+            },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // A client that gave up before it was accepted.
@@ -474,18 +528,38 @@ fn accept_all(
                 break;
             }
         }
+        // A batch is bounded, so that one flood does not keep the others waiting.
+        if new.len() >= most {
+            break;
+        }
+    }
+    if new.is_empty() {
+        return;
+    }
+    let addresses: Vec<(SocketAddr, SocketAddr)> = new.iter().map(|(_, p, l)| (*p, *l)).collect();
+    let from = peers(&addresses);
+    for ((stream, peer, _), from) in new.into_iter().zip(from) {
+        admit(stream, peer, from, conns, most, full);
     }
 }
 
 /// Keeps an accepted connection to read its head, or answers it 503 if `most` are open
-/// already, saying so unless `full` says it was said already.
-fn admit(stream: TcpStream, peer: SocketAddr, conns: &mut Vec<Conn>, most: usize, full: &mut bool) {
+/// already or its peer holds its share of them, saying so unless `full` says it was said
+/// already.
+fn admit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    from: Peer,
+    conns: &mut Vec<Conn>,
+    most: usize,
+    full: &mut Full,
+) {
     if conns.len() >= most {
-        if !*full {
+        if !full.all {
             eprintln!(
                 "dmem serve: {most} connections are open, the most allowed: new ones are answered 503 until some close"
             );
-            *full = true;
+            full.all = true;
         }
         refuse(
             stream,
@@ -493,13 +567,32 @@ fn admit(stream: TcpStream, peer: SocketAddr, conns: &mut Vec<Conn>, most: usize
         );
         return;
     }
-    *full = false;
+    full.all = false;
+    let share = share(most);
+    if !trusted(from) && conns.iter().filter(|c| c.from == from).count() >= share {
+        if full.peers.insert(from) {
+            eprintln!(
+                "dmem serve: {from} holds {share} connections, its share of the {most} allowed: its new ones are \
+                 answered 503 until some close"
+            );
+        }
+        refuse(
+            stream,
+            Reply::error(
+                503,
+                format!("{share} connections from {from} are open already, its share of the {most} allowed"),
+            ),
+        );
+        return;
+    }
+    full.peers.remove(&from);
     if stream.set_nonblocking(true).is_err() {
         return;
     }
     conns.push(Conn {
         stream,
         peer,
+        from,
         head: Vec::new(),
         deadline: Instant::now() + HEAD_LIMIT,
     });
