@@ -250,7 +250,10 @@ fn check_verify(dir: &Path, prog: &Path, core: &Path) {
     elf.data[at..at + 8].copy_from_slice(&0x4141_4141_4141_4141u64.to_le_bytes());
     let bad = dir.join("core.damaged");
     std::fs::write(&bad, &elf.data).unwrap();
-    let out = ok(&["verify", p, bad.to_str().unwrap()]);
+    // verify's status is 1 when it finds a problem.
+    let verified = output(dmem().args(["verify", p, bad.to_str().unwrap()]));
+    assert_eq!(verified.status.code(), Some(1), "{}", text(&verified.stderr));
+    let out = text(&verified.stdout);
     let chunk = format!("{:#x}", victim - 16);
     assert!(
         out.lines()

@@ -1222,9 +1222,11 @@ pub mod tests {
     pub const CHECKS: u64 = 0x4000;
     const STRIDE: u64 = 128;
     const NLISTS: u64 = 2;
+    /// The word that holds the offset from a thread's pointer to its area (0: none found yet).
+    const TLS_OFFSET: u64 = 0x4f00;
 
     /// The fields of a descriptor of this crate's own layout, two lists.
-    const FAKE_FIELDS: [(&str, u64); 34] = [
+    const FAKE_FIELDS: [(&str, u64); 36] = [
         (field::HEADER_SIZE, 112),
         (field::NFRAMES, 10),
         (field::OFF_NEXT, 0),
@@ -1259,6 +1261,8 @@ pub mod tests {
         (field::LIST_OFF_DRAINED_BLOCKS, 88),
         (field::LIST_OFF_DRAINED_BYTES, 96),
         (field::CHECKS, CHECKS),
+        (field::TLS_OFFSET, TLS_OFFSET),
+        (field::INFLIGHT_OFF, 64),
     ];
 
     /// A process with the descriptor at `DESC` and two empty lists.
@@ -1268,6 +1272,7 @@ pub mod tests {
         m.put(DESC, &desc);
         m.put(CHECKS, &checks);
         m.put_u64(FLAGS, FLAG_RECORDING);
+        m.put_u64(TLS_OFFSET, 0);
         for i in 0..NLISTS {
             m.put(LISTS + i * STRIDE, &[0u8; STRIDE as usize]);
         }

@@ -31,6 +31,10 @@ pub fn open_core(dump: CoreDump, maps: Mappings, exe: PathBuf, name: String) -> 
 /// A running process without libdmem, read through glibc's heap; None when it does have the
 /// library (or cannot be looked at), so that the reason the list reader gave stands.
 pub fn open_process(pid: i32) -> Option<Result<Image>> {
+    // A zombie has no memory: the list reader's own line says so.
+    if !crate::source::live::alive(pid) {
+        return None;
+    }
     let maps = Mappings::of_process(pid).ok()?;
     let mem = LiveMemory::new(pid);
     if !matches!(heapwalk::locate(&mem, &maps), Err(LocateError::NotLoaded)) {
