@@ -272,7 +272,7 @@ fn a_block_linked_by_an_allocation_still_in_progress_is_reachable() {
     let why = common::output(common::dmem().arg("why").arg(&prog).arg(&core).arg(&addr));
     let why = common::text(&why.stdout);
     assert!(
-        why.contains("allocation in progress, which holds the block by its header"),
+        why.contains("malloc in progress, which holds the block by its header"),
         "{why}"
     );
 }

@@ -18,7 +18,7 @@
 //!   data of a loaded jemalloc, tcmalloc or mimalloc;
 //! * what a core did not dump: memory nothing was ever written to holds no pointer.
 
-use crate::analysis::arena::{self, Words};
+use crate::analysis::arena;
 use crate::analysis::descriptor;
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
@@ -27,7 +27,7 @@ use crate::source::elf::ElfObject;
 use crate::source::history;
 use crate::source::image::Image;
 use crate::source::mappings::Mappings;
-use crate::source::memory::Memory;
+use crate::source::memory::{ImageWords, Memory};
 use crate::source::threads::{Thread, POINTER_REGS};
 use std::path::{Path, PathBuf};
 
@@ -87,7 +87,7 @@ pub fn loaded(maps: &Mappings) -> Vec<Loaded> {
                 Some(f) => ElfObject::open_as(path, f).ok()?,
                 None => maps.local.get(path)?.headers.clone()?,
             };
-            let bias = elf.bias(maps)?;
+            let bias = maps.bias(&elf)?;
             Some(Loaded {
                 file: file.map(Path::to_path_buf),
                 name: file_name(path),
@@ -147,29 +147,6 @@ pub struct Roots {
     pub excluded: Vec<Excluded>,
     /// What the user should know about them (main_arena not found...).
     pub notes: Vec<String>,
-}
-
-/// An image's memory as the shared analysis reads words.
-pub struct ImageWords<'a>(pub &'a dyn Memory);
-
-impl Words for ImageWords<'_> {
-    fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
-        let mut n = 0;
-        let end = addr as u64 + 8 * buf.len() as u64;
-        self.0.pieces(addr as u64, end, &mut |at, bytes| {
-            // Only what comes without a gap counts.
-            if at != addr as u64 + 8 * n as u64 {
-                return;
-            }
-            for w in bytes.chunks_exact(8) {
-                if n < buf.len() {
-                    buf[n] = u64::from_le_bytes(w.try_into().unwrap()) as usize;
-                    n += 1;
-                }
-            }
-        });
-        n
-    }
 }
 
 /// The allocator's own state to leave out of the roots, a note when glibc's main_arena was

@@ -184,7 +184,7 @@ pub fn from_walk(
 ) -> Snapshot {
     let listed = listed(walk, counts);
     let mut maps = maps;
-    crate::source::elf::fill_build_ids(&mut maps);
+    maps.fill_build_ids();
     let mut sym = Symbolizer::new(maps.clone());
     let (mut objects, mut stacks) = symbolised(listed, counts, &maps, &mut sym);
     if let Some(main) = main {

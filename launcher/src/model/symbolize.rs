@@ -11,7 +11,7 @@
 //! shown as `file+offset`: never with the name of another build's function.
 
 use crate::source::elf::ElfObject;
-use crate::source::files::Local;
+use crate::source::mappings::Local;
 use crate::source::mappings::Mappings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

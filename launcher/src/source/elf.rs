@@ -6,7 +6,6 @@
 //! Files are read through `object`'s read cache, so only the parts looked at are read: a program
 //! with hundreds of megabytes of debug info costs its headers, not its size.
 
-use crate::source::mappings::Mappings;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSymbol};
@@ -172,23 +171,15 @@ impl ElfObject {
         Some((s.vaddr + offset).wrapping_sub(s.offset))
     }
 
-    /// What to add to a link-time address of this object to get its address in the process:
-    /// taken from its executable mapping (else its first), whose offset says which part of the
-    /// file sits there. The loader maps an object segment by segment, but a reader of the file
-    /// may map it again whole and read-only (the exit report's symboliser does, and its mapping
-    /// stays in the core), at an address that says nothing of where the object was loaded.
-    pub fn bias(&self, maps: &Mappings) -> Option<u64> {
-        let m = maps
-            .of_file(&self.path)
-            .find(|m| m.executable)
-            .or_else(|| maps.of_file(&self.path).next())?;
-        Some(m.start.wrapping_sub(self.vaddr_of_offset(m.offset)?))
-    }
-
     /// The build id as lowercase hex.
     pub fn build_id_hex(&self) -> Option<String> {
-        self.build_id.as_deref().map(crate::source::files::hex)
+        self.build_id.as_deref().map(hex)
     }
+}
+
+/// The build id as lowercase hex.
+pub fn hex(id: &[u8]) -> String {
+    id.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A symbol of an object's tables (`.symtab`, and `.dynsym`, which survives `strip`): its
@@ -241,29 +232,6 @@ pub fn symbols(path: &Path) -> Vec<Symbol> {
     out
 }
 
-/// Reads the build id of every mapped file (each file once) into its mappings: for output
-/// that names objects by build id (heap profiles' mappings). The target's own record of it
-/// where there is one (a core's), else the mapped file's.
-pub fn fill_build_ids(maps: &mut Mappings) {
-    let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
-    for i in 0..maps.list.len() {
-        let Some(p) = maps.list[i].path.clone() else {
-            continue;
-        };
-        let id = ids
-            .entry(p.clone())
-            .or_insert_with(|| match maps.local.get(&p).and_then(|l| l.build_id.clone()) {
-                Some(id) => Some(id),
-                None => maps
-                    .local_file(&p)
-                    .and_then(|f| ElfObject::open(f).ok())
-                    .and_then(|o| o.build_id_hex()),
-            })
-            .clone();
-        maps.list[i].build_id = id;
-    }
-}
-
 /// The link-time value of the dynamic symbol `name` in the object at `path` (`.dynsym`, which
 /// survives `strip`).
 pub fn dynamic_symbol(path: &Path, name: &str) -> Option<u64> {
@@ -277,6 +245,7 @@ pub fn dynamic_symbol(path: &Path, name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::mappings::Mappings;
 
     #[test]
     fn the_launcher_itself_is_a_dynamic_program() {
@@ -334,7 +303,7 @@ mod tests {
         let me = std::env::current_exe().unwrap();
         let obj = ElfObject::open(&me).unwrap();
         assert!(obj.build_id.is_some(), "rustc links a build id");
-        let bias = obj.bias(&maps).unwrap();
+        let bias = maps.bias(&obj).unwrap();
         let here = addresses_translate_through_the_segments as *const () as u64;
         let m = maps.find(here).unwrap();
         assert_eq!(obj.vaddr_of_offset(here - m.start + m.offset), Some(here - bias));
@@ -343,7 +312,7 @@ mod tests {
         let malloc = dynamic_symbol(&libc, "malloc").expect("malloc in libc's .dynsym");
         let libc_obj = ElfObject::open(&libc).unwrap();
         let real = libc::malloc as *const () as u64;
-        assert_eq!(libc_obj.bias(&maps).unwrap() + malloc, real);
+        assert_eq!(maps.bias(&libc_obj).unwrap() + malloc, real);
     }
 
     /// A reader of libc that mapped the whole file once more, read-only and below the loader's
@@ -354,7 +323,7 @@ mod tests {
         let maps = Mappings::of_process(std::process::id() as i32).unwrap();
         let libc = mapped_libc(&maps);
         let obj = ElfObject::open(&libc).unwrap();
-        let loaded = obj.bias(&maps).unwrap();
+        let loaded = maps.bias(&obj).unwrap();
         let mut list = maps.list.clone();
         let len = std::fs::metadata(&libc).unwrap().len().next_multiple_of(4096);
         list.push(Mapping {
@@ -368,7 +337,7 @@ mod tests {
             special: None,
             build_id: None,
         });
-        assert_eq!(obj.bias(&Mappings::new(list)), Some(loaded));
+        assert_eq!(Mappings::new(list).bias(&obj), Some(loaded));
         assert_eq!(
             loaded + dynamic_symbol(&libc, "malloc").unwrap(),
             libc::malloc as *const () as u64

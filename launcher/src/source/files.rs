@@ -15,7 +15,7 @@ use crate::cli::show;
 use crate::source::coredump::CoreDump;
 use crate::source::debuginfod::{self, Kind};
 use crate::source::elf::ElfObject;
-use crate::source::mappings::Mappings;
+use crate::source::mappings::{Local, Mappings};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -34,26 +34,6 @@ fn sysroot() -> Option<&'static Path> {
 /// `path` under `root`, as gdb's `set sysroot` reads it.
 fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
-}
-
-/// What stands for one mapped file.
-#[derive(Clone, Debug, Default)]
-pub struct Local {
-    /// The file to read the object from (its headers, symbols and bytes): one whose build id
-    /// is the target's. None when nothing matched: its addresses are shown as `file+offset`.
-    pub exe: Option<PathBuf>,
-    /// A detached debug file of the same build, when one was found up front.
-    pub debug: Option<PathBuf>,
-    /// The build id the target recorded for the file, in hex.
-    pub build_id: Option<String>,
-    /// The object's segments as the target's own copy of its ELF headers gives them: where no
-    /// file matched, enough to lay out its data (roots) and translate its addresses.
-    pub headers: Option<ElfObject>,
-}
-
-/// The build id as lowercase hex.
-pub fn hex(id: &[u8]) -> String {
-    id.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The detached debug file of build `id` in the build-id debug tree under `root`
@@ -208,6 +188,7 @@ fn unchecked(path: &Path) -> Local {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::elf::hex;
 
     #[test]
     fn paths_go_under_the_sysroot() {

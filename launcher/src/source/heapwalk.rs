@@ -299,7 +299,7 @@ pub fn locate(mem: &dyn Memory, maps: &Mappings) -> Result<(Layout, PathBuf), Lo
         let Some(sym) = elf::dynamic_symbol(file, "dmem_layout") else {
             continue;
         };
-        let Some(bias) = ElfObject::open_as(path, file).ok().and_then(|o| o.bias(maps)) else {
+        let Some(bias) = ElfObject::open_as(path, file).ok().and_then(|o| maps.bias(&o)) else {
             continue;
         };
         match Layout::read(mem, bias.wrapping_add(sym)) {

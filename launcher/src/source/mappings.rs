@@ -3,10 +3,25 @@
 //! descriptor, symbolising) takes a `Mappings` and does not care where it came from.
 
 use crate::analysis::maps::MapsLine;
-use crate::source::files::Local;
+use crate::source::elf::ElfObject;
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+/// What stands for one mapped file.
+#[derive(Clone, Debug, Default)]
+pub struct Local {
+    /// The file to read the object from (its headers, symbols and bytes): one whose build id
+    /// is the target's. None when nothing matched: its addresses are shown as `file+offset`.
+    pub exe: Option<PathBuf>,
+    /// A detached debug file of the same build, when one was found up front.
+    pub debug: Option<PathBuf>,
+    /// The build id the target recorded for the file, in hex.
+    pub build_id: Option<String>,
+    /// The object's segments as the target's own copy of its ELF headers gives them: where no
+    /// file matched, enough to lay out its data (roots) and translate its addresses.
+    pub headers: Option<ElfObject>,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -36,6 +51,43 @@ pub struct Mappings {
 }
 
 impl Mappings {
+    /// What to add to a link-time address of this object to get its address in the process:
+    /// taken from its executable mapping (else its first), whose offset says which part of the
+    /// file sits there. The loader maps an object segment by segment, but a reader of the file
+    /// may map it again whole and read-only (the exit report's symboliser does, and its mapping
+    /// stays in the core), at an address that says nothing of where the object was loaded.
+    pub fn bias(&self, obj: &ElfObject) -> Option<u64> {
+        let m = self
+            .of_file(&obj.path)
+            .find(|m| m.executable)
+            .or_else(|| self.of_file(&obj.path).next())?;
+        Some(m.start.wrapping_sub(obj.vaddr_of_offset(m.offset)?))
+    }
+
+    /// Reads the build id of every mapped file (each file once) into its mappings: for output
+    /// that names objects by build id (heap profiles' mappings). The target's own record of it
+    /// where there is one (a core's), else the mapped file's.
+    pub fn fill_build_ids(&mut self) {
+        let maps = self;
+        let mut ids: std::collections::HashMap<PathBuf, Option<String>> = Default::default();
+        for i in 0..maps.list.len() {
+            let Some(p) = maps.list[i].path.clone() else {
+                continue;
+            };
+            let id = ids
+                .entry(p.clone())
+                .or_insert_with(|| match maps.local.get(&p).and_then(|l| l.build_id.clone()) {
+                    Some(id) => Some(id),
+                    None => maps
+                        .local_file(&p)
+                        .and_then(|f| ElfObject::open(f).ok())
+                        .and_then(|o| o.build_id_hex()),
+                })
+                .clone();
+            maps.list[i].build_id = id;
+        }
+    }
+
     pub fn new(mut list: Vec<Mapping>) -> Mappings {
         list.sort_by_key(|m| m.start);
         Mappings {
@@ -214,7 +266,7 @@ mod tests {
         assert!(maps.files().contains(&exe.as_path()));
         assert_eq!(maps.find(0), None);
         let mut maps = maps;
-        crate::source::elf::fill_build_ids(&mut maps);
+        maps.fill_build_ids();
         let id = maps
             .find(here)
             .unwrap()

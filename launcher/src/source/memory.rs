@@ -452,6 +452,29 @@ impl Memory for CopiedMemory {
     }
 }
 
+/// An image's memory as the shared analysis reads words.
+pub struct ImageWords<'a>(pub &'a dyn Memory);
+
+impl crate::analysis::arena::Words for ImageWords<'_> {
+    fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+        let mut n = 0;
+        let end = addr as u64 + 8 * buf.len() as u64;
+        self.0.pieces(addr as u64, end, &mut |at, bytes| {
+            // Only what comes without a gap counts.
+            if at != addr as u64 + 8 * n as u64 {
+                return;
+            }
+            for w in bytes.chunks_exact(8) {
+                if n < buf.len() {
+                    buf[n] = u64::from_le_bytes(w.try_into().unwrap()) as usize;
+                    n += 1;
+                }
+            }
+        });
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,10 +17,10 @@ mod open;
 pub use open::{open_core, open_process};
 
 use crate::analysis::descriptor::Sealed;
-use crate::model::roots::ImageWords;
 use crate::model::text::plural;
 use crate::source::heapwalk::{Block, Counters, Layout, Problem, Walk};
 use crate::source::mappings::Mappings;
+use crate::source::memory::ImageWords;
 use crate::source::memory::{AddrHash, Memory};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -85,12 +85,27 @@ pub fn find(mem: &dyn Memory, maps: &Mappings, name: &str) -> Result<Glibc, Stri
         ));
     };
     let words = ImageWords(mem);
-    let segments: Vec<(usize, usize)> = crate::model::roots::loaded(maps)
-        .iter()
-        .filter(|o| o.elf.path == libc)
-        .flat_map(|o| o.writable())
-        .map(|(s, e)| (s as usize, e as usize))
-        .collect();
+    // libc's writable segments as the loader laid them out: from the file of its build, or
+    // from the target's own copy of its headers.
+    let object = match maps.local_file(&libc) {
+        Some(f) => crate::source::elf::ElfObject::open_as(&libc, f).ok(),
+        None => maps.local.get(&libc).and_then(|l| l.headers.clone()),
+    };
+    let segments: Vec<(usize, usize)> = object
+        .and_then(|o| Some((maps.bias(&o)?, o)))
+        .map(|(bias, o)| {
+            o.loads
+                .iter()
+                .filter(|s| s.writable && s.memsz > 0)
+                .map(|s| {
+                    (
+                        bias.wrapping_add(s.vaddr) as usize,
+                        bias.wrapping_add(s.vaddr + s.memsz) as usize,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let Some((main_arena, _)) = crate::analysis::arena::main_arena(&words, &segments) else {
         return Err(format!(
             "{name} ran without libdmem, and glibc's main_arena was not found in the data of {} \
