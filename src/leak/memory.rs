@@ -64,10 +64,10 @@ pub(super) fn plain_ranges(maps: &[Mapping]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Whether `[start, end)` lies inside one of `plain` (see `plain_ranges`).
-fn is_plain(plain: &[(usize, usize)], start: usize, end: usize) -> bool {
-    let i = plain.partition_point(|&(s, _)| s <= start);
-    i > 0 && end <= plain[i - 1].1
+/// Whether `[start, end)` lies inside one of `ranges` (sorted, not overlapping).
+fn within(ranges: &[(usize, usize)], start: usize, end: usize) -> bool {
+    let i = ranges.partition_point(|&(s, _)| s <= start);
+    i > 0 && end <= ranges[i - 1].1
 }
 
 /// This process's memory as the classification reads it, while the other threads are stopped.
@@ -86,10 +86,9 @@ pub(super) struct OwnScan<'a> {
 
 impl Source for OwnScan<'_> {
     fn scan(&mut self, start: usize, end: usize, emit: &mut dyn FnMut(&[usize])) {
-        let i = self.checked.partition_point(|&(s, _)| s <= start);
-        if i > 0 && end <= self.checked[i - 1].1 {
+        if within(self.checked, start, end) {
             stopworld::read_words_checked(start, end, emit);
-        } else if is_plain(self.plain, start, end) {
+        } else if within(self.plain, start, end) {
             scan_words(start, end, emit);
         } else {
             stopworld::read_words_skipping(start, end, emit);
