@@ -46,6 +46,24 @@ pub fn timed_out(out: &Output) -> bool {
     String::from_utf8_lossy(&out.stderr).contains(KILLED)
 }
 
+/// Starts `cmd`, retrying while the kernel says its program is busy being written. A program this
+/// test process has just copied can still be open for writing in a child that another test thread
+/// forked at that moment and that has not yet reached its exec (the descriptor is close-on-exec,
+/// but only from the exec on), and executing it then fails with ETXTBSY until that child execs.
+pub fn spawn(cmd: &mut Command) -> std::process::Child {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Ok(child) => return child,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("spawn {cmd:?}: {e}"),
+        }
+    }
+}
+
 /// Runs `cmd` with no stdin, capturing output, and kills its whole process group if it is still
 /// running after `limit` — a hang then fails the test instead of stalling the suite. A killed run
 /// reports SIGKILL and says so at the end of its stderr.
@@ -55,7 +73,7 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
         .stderr(Stdio::piped());
     // Its own process group, so children it forked are killed with it.
     cmd.process_group(0);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut child = spawn(cmd);
     let drain = |mut r: Box<dyn Read + Send>| {
         thread::spawn(move || {
             let mut buf = Vec::new();
