@@ -6,6 +6,7 @@
 //! handed to the real free. Another thread that allocates while one thread resolves also uses the
 //! arena rather than waiting, so no lock order between us and the loader's lock can deadlock.
 
+use crate::corrupt::{self, Damage};
 use crate::header::{self, Header};
 use crate::{options, sink, unwind};
 use core::cell::UnsafeCell;
@@ -49,8 +50,10 @@ pub fn dispose(real: &Real, hdr: *mut Header) {
     // SAFETY: the caller won the claim on `hdr` (which took it off its list), so it is ours
     // alone; afterwards nothing refers to the block.
     unsafe {
-        let align_log2 = (*hdr).align_log2();
-        (real.free)(header::base_of(hdr, align_log2).cast());
+        let Some(base) = header::base_of(hdr, (*hdr).align_log2()) else {
+            corrupt::abort(hdr.cast(), Damage::BaseWord)
+        };
+        (real.free)(base.cast());
     }
 }
 
@@ -89,6 +92,9 @@ fn init_slow() -> Option<&'static Real> {
         return None;
     }
     let resolved = resolve();
+    // Before the first header is written and the first errno saved, which wait for READY below.
+    header::choose_key();
+    crate::tls::learn_errno();
     // SAFETY: we won the transition to RESOLVING, so we are the only writer, and no reader looks
     // before READY is published below.
     unsafe { *REAL.0.get() = Some(resolved) };
@@ -169,8 +175,10 @@ pub const ARENA_RANGE: (*const u8, *const u8) = {
 /// Every arena block has this prefix holding its size (for realloc and malloc_usable_size).
 const ARENA_PREFIX: usize = 16;
 
+#[inline(always)]
 pub fn arena_contains(p: *const u8) -> bool {
-    p >= ARENA_RANGE.0 && p < ARENA_RANGE.1
+    // One compare: below the start wraps around to a large distance.
+    (p as usize).wrapping_sub(ARENA_RANGE.0 as usize) < ARENA_SIZE
 }
 
 /// A zeroed block from the arena (it is .bss and never reused), or null when it is exhausted.

@@ -9,6 +9,7 @@
 
 use crate::analysis::carried::op;
 use crate::bootstrap::{self, Real};
+use crate::corrupt::{self, Damage};
 use crate::diag::{self, BadFree};
 use crate::header::{
     self, Header, BASE_ALIGN, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE, SIZE_BITS, SIZE_MASK,
@@ -25,10 +26,10 @@ struct Errno(*mut i32, i32);
 impl Errno {
     #[inline(always)]
     fn save() -> Errno {
-        // SAFETY: __errno_location always returns the calling thread's errno slot, valid for the
-        // thread's lifetime.
+        // SAFETY: the allocator is resolved (every caller found `bootstrap::real`), so the
+        // offset of errno was learnt; the slot is the calling thread's, valid for its lifetime.
         unsafe {
-            let slot = libc::__errno_location();
+            let slot = crate::tls::errno_slot();
             Errno(slot, *slot)
         }
     }
@@ -106,7 +107,7 @@ unsafe fn publish(
     // `lists::link` writes the list's index.
     h.size_word = Header::pack_size_word(size, 0, align_log2);
     h.tid = cur.tid();
-    h.magic = header::MAGIC_LIVE;
+    h.magic = header::MAGIC_LIVE ^ header::tag(hdr);
     if opts.record {
         let hint = match stack {
             Stack::Taken(f, hint) => {
@@ -246,10 +247,11 @@ fn history_on() -> bool {
     opts.history != 0 && opts.record
 }
 
-/// Validates a pointer given to free or realloc and claims its header: when recording, also takes
-/// it off its list, or hands it to the list's owner when `hand_over`.
+/// Validates a pointer given to free or realloc by the thread whose area is `cur` and claims its
+/// header: when recording, also takes it off its list, or hands it to the list's owner when
+/// `hand_over`.
 #[inline(always)]
-fn claim(func: &str, user: *mut u8, hand_over: bool) -> Claim {
+fn claim(cur: thread::Current, func: &str, user: *mut u8, hand_over: bool) -> Claim {
     let opts = options::get();
     if !plausible(user) {
         diag::bad_free(func, user, BadFree::Foreign, None, opts.ignore_bad_free);
@@ -259,7 +261,7 @@ fn claim(func: &str, user: *mut u8, hand_over: bool) -> Claim {
     let refused = if opts.record {
         // SAFETY: a pointer we handed out has a header right before it; for a foreign pointer
         // the read may see anything (its magic then fails) and the check above kept it aligned.
-        match unsafe { lists::claim(hdr, hand_over) } {
+        match unsafe { lists::claim(cur, hdr, hand_over) } {
             Ok(lists::Claimed::Mine(d)) => {
                 bootstrap::give_back(d);
                 return Claim::Mine(hdr);
@@ -362,7 +364,7 @@ pub fn release(user: *mut u8, from: Origin) {
     };
     let cur = thread::current();
     cur.begin(op::FREE, header::from_user(user).cast());
-    let claimed = claim("free", user, true);
+    let claimed = claim(cur, "free", user, true);
     if let (Some(slot), Claim::Mine(_) | Claim::Handed) = (pending, &claimed) {
         slot.publish();
     }
@@ -406,11 +408,16 @@ fn usable_of(real: &Real, hdr: *mut Header) -> usize {
     match real.usable_size {
         // SAFETY: the base pointer is what the backend returned for this block, still
         // allocated.
-        Some(f) => unsafe {
-            f(header::base_of(hdr, h.align_log2()).cast())
-                .saturating_sub(header::lead_of(hdr, h.align_log2()))
-                .max(h.size())
-        },
+        Some(f) => {
+            // SAFETY: as above.
+            let Some(base) = (unsafe { header::base_of(hdr, h.align_log2()) }) else {
+                corrupt::abort(hdr.cast(), Damage::BaseWord)
+            };
+            let lead = header::to_user(hdr) as usize - base as usize;
+            // SAFETY: the base pointer is what the backend returned for this block, still
+            // allocated.
+            unsafe { f(base.cast()) }.saturating_sub(lead).max(h.size())
+        }
         None => h.size(),
     }
 }
@@ -454,7 +461,7 @@ pub fn reallocate(user: *mut u8, size: usize, from: Origin) -> *mut u8 {
     };
     let cur = thread::current();
     cur.begin(op::REALLOC, header::from_user(user).cast());
-    let hdr = match claim("realloc", user, false) {
+    let hdr = match claim(cur, "realloc", user, false) {
         Claim::Mine(hdr) => hdr,
         Claim::Elsewhere(hdr) => {
             cur.end();

@@ -5,7 +5,8 @@
 //! All raw pointer arithmetic between the backend's block, the header and the user pointer lives
 //! in this file.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use crate::analysis::descriptor::header_tag;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Return addresses kept per block.
 pub const NFRAMES: usize = 10;
@@ -22,6 +23,10 @@ pub const ALIGN_SHIFT: u32 = 56;
 pub const ALIGN_BITS: u32 = 8;
 const LIST_MASK: u64 = (1 << LIST_BITS) - 1;
 
+/// A header's `magic` is stored sealed: one of the states below xored with `tag` of the header's
+/// address, bound to `KEY`. A header forged elsewhere, or copied to another address, carries no
+/// state at all, so free never believes it.
+///
 /// `magic` of a block that is live and on a list.
 pub const MAGIC_LIVE: u32 = 0xd3e3_a11c;
 /// `magic` of a block that was released; a second free sees this while the backend has not yet
@@ -60,6 +65,12 @@ const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 const _: () = assert!(HEADER_SIZE.is_multiple_of(BASE_ALIGN));
 
 impl Header {
+    /// The state its magic holds (live, freed, handed), or anything else for a header that is
+    /// not one of ours or was overwritten.
+    pub fn state(&self) -> u32 {
+        self.magic ^ tag(self)
+    }
+
     pub fn size(&self) -> usize {
         (self.size_word & SIZE_MASK) as usize
     }
@@ -83,16 +94,91 @@ impl Header {
     }
 }
 
-/// The header's magic as an atomic: frees of one block may race, and the loser must see the
-/// winner's store.
+/// The per-process secret headers are sealed with (`analysis::descriptor::header_tag`), chosen at
+/// start-up before the first header is written; the descriptor publishes its address, so a reader
+/// of a core or a process has it and an attacker inside the process must first read it.
+pub static KEY: AtomicU64 = AtomicU64::new(0);
+
+/// The same secret, for the allocation path's own use: a static the descriptor does not point
+/// at is reached with one load relative to the instruction pointer, where one whose address the
+/// descriptor holds goes through the global offset table.
+static SECRET: AtomicU64 = AtomicU64::new(0);
+
+/// Chooses `KEY`: from the kernel's random bytes, or, where getrandom is refused, from the 16
+/// bytes the kernel gave the process at exec (AT_RANDOM), mixed so that it is not glibc's stack
+/// or pointer guard. Never zero.
+pub fn choose_key() {
+    let mut key = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into the word it is given; GRND_NONBLOCK keeps a
+    // start-up before the pool is ready from blocking.
+    let got = unsafe { libc::getrandom((&raw mut key).cast(), 8, libc::GRND_NONBLOCK) };
+    if got != 8 {
+        // SAFETY: AT_RANDOM's value is the address of 16 bytes the kernel placed on the initial
+        // stack, readable for the process's life; 0 when absent.
+        let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const [u64; 2];
+        if !at.is_null() {
+            // SAFETY: as above; an unaligned read, as the bytes need not be 8-aligned.
+            let [a, b] = unsafe { at.read_unaligned() };
+            key = (a.rotate_left(23) ^ b).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        }
+    }
+    SECRET.store(key | 1 << 63, Ordering::Relaxed);
+    KEY.store(key | 1 << 63, Ordering::Relaxed);
+}
+
+/// What `hdr`'s stored magic is xored with.
+#[inline(always)]
+pub fn tag(hdr: *const Header) -> u32 {
+    header_tag(hdr as u64, SECRET.load(Ordering::Relaxed))
+}
+
+/// A header's magic word, read and written as the states above: the tag is taken off on every
+/// load and put on at every store. Atomic, as frees of one block may race, and the loser must
+/// see the winner's store.
+pub struct Magic<'a> {
+    word: &'a AtomicU32,
+    tag: u32,
+}
+
+impl Magic<'_> {
+    #[inline(always)]
+    pub fn load(&self, order: Ordering) -> u32 {
+        self.word.load(order) ^ self.tag
+    }
+
+    #[inline(always)]
+    pub fn store(&self, state: u32, order: Ordering) {
+        self.word.store(state ^ self.tag, order)
+    }
+
+    #[inline(always)]
+    pub fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        let t = self.tag;
+        self.word
+            .compare_exchange(current ^ t, new ^ t, success, failure)
+            .map(|v| v ^ t)
+            .map_err(|v| v ^ t)
+    }
+}
+
+/// The header's magic, as states.
 ///
 /// # Safety
 /// `hdr` must be readable and writable for HEADER_SIZE bytes and 4-byte aligned, for `'a`.
 #[inline(always)]
-pub unsafe fn magic<'a>(hdr: *mut Header) -> &'a AtomicU32 {
-    // SAFETY: the caller guarantees the header is accessible and aligned; AtomicU32 has the same
-    // layout as u32.
-    unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) }
+pub unsafe fn magic<'a>(hdr: *mut Header) -> Magic<'a> {
+    Magic {
+        // SAFETY: the caller guarantees the header is accessible and aligned; AtomicU32 has the
+        // same layout as u32.
+        word: unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*hdr).magic)) },
+        tag: tag(hdr),
+    }
 }
 
 /// The next handed block after `hdr` in an inbox.
@@ -160,8 +246,16 @@ pub unsafe fn place_aligned(base: *mut u8, align_log2: u32) -> *mut Header {
     let hdr = from_user(user);
     // SAFETY: the word lies in front of the header, inside the caller's block (`at` is at least
     // HEADER_SIZE + BASE_WORD past `base`); the header is 16-aligned, so the word is 8-aligned.
-    unsafe { hdr.cast::<*mut u8>().sub(1).write(base) };
+    unsafe { hdr.cast::<usize>().sub(1).write(base as usize ^ base_seal(hdr)) };
     hdr
+}
+
+/// What the base word is xored with: bound to the header's address and the secret, so that a
+/// forged word decodes to an address `base_of` refuses rather than one free would hand to the
+/// backend.
+#[inline(always)]
+fn base_seal(hdr: *mut Header) -> usize {
+    (SECRET.load(Ordering::Relaxed) as usize ^ hdr as usize).rotate_left(17)
 }
 
 /// The header in front of a user pointer.
@@ -174,25 +268,23 @@ pub fn to_user(hdr: *mut Header) -> *mut u8 {
     hdr.cast::<u8>().wrapping_add(HEADER_SIZE)
 }
 
-/// The backend block that holds a header, which is what the backend's free wants back.
+/// The backend block that holds a header, which is what the backend's free wants back; None when
+/// an aligned block's base word was overwritten: it does not decode to the one place
+/// `place_aligned` puts the user pointer for that base and alignment.
 ///
 /// # Safety
 /// `hdr` must be the header of a block of ours with this alignment, still allocated.
-pub unsafe fn base_of(hdr: *mut Header, align_log2: u32) -> *mut u8 {
+pub unsafe fn base_of(hdr: *mut Header, align_log2: u32) -> Option<*mut u8> {
     if align_log2 == 0 {
-        return hdr.cast();
+        return Some(hdr.cast());
     }
     // SAFETY: `place_aligned` wrote the base word right in front of an aligned block's header.
-    unsafe { hdr.cast::<*mut u8>().sub(1).read() }
-}
-
-/// How far the user pointer lies from the start of the backend's block.
-///
-/// # Safety
-/// As for `base_of`.
-pub unsafe fn lead_of(hdr: *mut Header, align_log2: u32) -> usize {
-    // SAFETY: passed on from the caller.
-    to_user(hdr) as usize - unsafe { base_of(hdr, align_log2) } as usize
+    let base = unsafe { hdr.cast::<usize>().sub(1).read() } ^ base_seal(hdr);
+    let user = to_user(hdr) as usize;
+    let placed = base
+        .checked_add(HEADER_SIZE + BASE_WORD)
+        .and_then(|at| at.checked_next_multiple_of(1usize.checked_shl(align_log2)?));
+    (placed == Some(user)).then_some(base as *mut u8)
 }
 
 #[cfg(test)]
@@ -215,7 +307,12 @@ mod tests {
                 assert!(hdr as usize >= base as usize + BASE_WORD);
                 assert!(user as usize + size <= base as usize + size + aligned_extra(log2));
                 // SAFETY: the base word was just written.
-                assert_eq!(unsafe { base_of(hdr, log2) }, base);
+                assert_eq!(unsafe { base_of(hdr, log2) }, Some(base));
+                // A word overwritten by an overflow is refused, not followed.
+                // SAFETY: the word lies inside `backing`, in front of the header.
+                unsafe { hdr.cast::<usize>().sub(1).write(0x4141_4141_4141_4141) };
+                // SAFETY: as above.
+                assert_eq!(unsafe { base_of(hdr, log2) }, None);
             }
         }
     }

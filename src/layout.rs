@@ -34,7 +34,7 @@ pub struct Layout {
     pub fields: [Entry; NFIELDS],
 }
 
-const NFIELDS: usize = 66;
+const NFIELDS: usize = 67;
 
 /// The checks `seal` writes: the head's, then one per entry, in order.
 pub static CHECKS: [AtomicU64; NFIELDS + 1] = [const { AtomicU64::new(0) }; NFIELDS + 1];
@@ -138,6 +138,7 @@ pub static dmem_layout: Layout = Layout {
         n(field::SENT_OFF_FRAMES, offset_of!(Counts, frames)),
         Entry::address(field::TLS_OFFSET, crate::tls::OFFSET.as_ptr()),
         n(field::INFLIGHT_OFF, offset_of!(crate::tls::Area, inflight)),
+        Entry::address(field::MAGIC_KEY, header::KEY.as_ptr()),
     ],
 };
 

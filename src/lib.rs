@@ -7,6 +7,7 @@
 use dmem_analysis as analysis;
 mod bootstrap;
 mod clock;
+mod corrupt;
 mod deferred;
 mod diag;
 mod engine;

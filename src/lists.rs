@@ -21,6 +21,7 @@
 //! per list lets a reader outside the process read one whole without stopping anything.
 
 use crate::clock::now_ns;
+use crate::corrupt::{self, Damage};
 use crate::header::{self, Header, HEADER_SIZE, MAGIC_FREED, MAGIC_HANDED, MAGIC_LIVE};
 use crate::spinlock::RawMutex;
 use crate::thread;
@@ -252,22 +253,43 @@ unsafe fn push_front(l: &List, hdr: *mut Header) {
     }
 }
 
-/// Unlinks `hdr`; as for `push_front`. Counts it as freed when `count`.
+/// Bits a header's address never has: its 16-byte alignment, and the top byte, which no
+/// user-space address has on x86-64 (even with 5-level page tables) or aarch64.
+const NO_HEADER: usize = 0xff00_0000_0000_000f;
+
+/// Unlinks `hdr`; as for `push_front`, inside the caller's bracket. Counts it as freed when
+/// `count`.
+///
+/// The links are checked before anything is written through them, as glibc's safe unlinking
+/// does: each must be an address a header can have and must lead back to `hdr` (the previous
+/// header's `next`, or the list's head for the first; the next header's `prev`). A heap overflow
+/// into the header, or forged links, end in one line and SIGABRT, never in a write to wherever
+/// they point; the bracket is closed first, so a core of the abort shows the list as the damage
+/// left it, not half changed. The reads are of the words the unlink writes anyway.
 ///
 /// # Safety
-/// `hdr` is on this list.
+/// `hdr` is an accessible header whose list index is `l`'s, and no other thread changes `l`.
 #[inline(always)]
 unsafe fn unlink(l: &List, hdr: *mut Header, count: bool) {
-    // SAFETY: passed on; its neighbours are on the list and valid.
+    // SAFETY: passed on; a neighbour is read only once its address passed the check, and an
+    // intact list's neighbours are live headers on it, which this thread alone changes.
     unsafe {
         let h = &mut *hdr;
-        if h.prev.is_null() {
-            *l.head.get() = h.next;
-        } else {
-            (*h.prev).next = h.next;
+        let (next, prev) = (h.next, h.prev);
+        if (next as usize | prev as usize) & NO_HEADER != 0 {
+            broken(l, hdr);
         }
-        if !h.next.is_null() {
-            (*h.next).prev = h.prev;
+        let before = if prev.is_null() {
+            l.head.get()
+        } else {
+            core::ptr::addr_of_mut!((*prev).next)
+        };
+        if *before != hdr || (!next.is_null() && (*next).prev != hdr) {
+            broken(l, hdr);
+        }
+        *before = next;
+        if !next.is_null() {
+            (*next).prev = prev;
         }
         h.next = core::ptr::null_mut();
         h.prev = core::ptr::null_mut();
@@ -277,6 +299,14 @@ unsafe fn unlink(l: &List, hdr: *mut Header, count: bool) {
             *l.frees.get() += 1;
         }
     }
+}
+
+/// `unlink` found `hdr`'s links broken: closes the bracket (nothing was written) and aborts.
+#[cold]
+#[inline(never)]
+fn broken(l: &List, hdr: *mut Header) -> ! {
+    changed(l);
+    corrupt::abort(hdr.cast(), Damage::Links)
 }
 
 /// Unlinks every block waiting in the inbox; by the thread that changes the list, inside its
@@ -507,15 +537,15 @@ pub unsafe fn link(cur: thread::Current, hdr: *mut Header) -> Drained {
     }
 }
 
-/// Claims a live header for a free or realloc: of racing frees of one block exactly one
-/// succeeds, the others see a magic that is not live. On the calling thread's own list, or a
-/// list no one owns, the block is unlinked at once; on a list another thread owns, it is handed
-/// to the owner when `hand_over`, else refused as `Elsewhere`.
+/// Claims a live header for a free or realloc by the thread whose area is `cur`: of racing
+/// frees of one block exactly one succeeds, the others see a magic that is not live. On the
+/// calling thread's own list, or a list no one owns, the block is unlinked at once; on a list
+/// another thread owns, it is handed to the owner when `hand_over`, else refused as `Elsewhere`.
 ///
 /// # Safety
 /// `hdr` must be readable and writable for `HEADER_SIZE` bytes and 8-byte aligned.
 #[inline(always)]
-pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refused> {
+pub unsafe fn claim(cur: thread::Current, hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refused> {
     // SAFETY: the caller guarantees an accessible header; a live one is ours to inspect.
     let magic = unsafe { header::magic(hdr) };
     let seen = magic.load(Ordering::Relaxed);
@@ -528,7 +558,7 @@ pub unsafe fn claim(hdr: *mut Header, hand_over: bool) -> Result<Claimed, Refuse
         return Err(Refused::Foreign);
     }
     let l = &LISTS[i];
-    let mine = thread::home() == Some((i, true));
+    let mine = cur.home() == Some((i, true));
     if mine && enter_owned(l) {
         // SAFETY: this thread changes the list it owns; the header was live on it.
         let r = unsafe { take_claimed(l, hdr) };
@@ -566,11 +596,12 @@ unsafe fn take_claimed(l: &List, hdr: *mut Header) -> Result<Claimed, Refused> {
     }
     let d = drain(l);
     // The magic changes inside the bracket: a reader that saw the same even counter on both
-    // sides of its walk must never meet a freed header still linked.
+    // sides of its walk must never meet a freed header still linked. After the unlink, whose
+    // checks may abort with the block still live.
     changing(l);
-    magic.store(MAGIC_FREED, Ordering::Relaxed);
     // SAFETY: the header is live, so it is on this list, which this thread changes.
     unsafe { unlink(l, hdr, true) };
+    magic.store(MAGIC_FREED, Ordering::Relaxed);
     changed(l);
     Ok(Claimed::Mine(d))
 }
@@ -699,7 +730,7 @@ pub struct Break {
 /// block is live again); anything else is a break.
 pub fn walk_locked(readable: &dyn Fn(usize, usize) -> bool, visit: &mut dyn FnMut(&Header)) -> Option<Break> {
     walk_linked(readable, &mut |_, hr| {
-        if hr.magic != MAGIC_HANDED {
+        if hr.state() != MAGIC_HANDED {
             visit(hr)
         }
     })
@@ -763,7 +794,7 @@ fn checked_link<'a>(
     // SAFETY: `h` is aligned and the whole header is readable (checked just above); the caller
     // holds every list, so nothing of ours changes it while it is looked at.
     let hr = unsafe { &*h };
-    if ![MAGIC_LIVE, MAGIC_FREED, MAGIC_HANDED].contains(&hr.magic) {
+    if ![MAGIC_LIVE, MAGIC_FREED, MAGIC_HANDED].contains(&hr.state()) {
         Err(Broken::BadMagic(hr.magic))
     } else if hr.prev != from {
         Err(Broken::PrevMismatch)

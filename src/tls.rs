@@ -45,6 +45,14 @@ pub const INFLIGHT_WORDS: usize = 2;
 /// Public so that the layout descriptor can give its address to readers of other threads' areas.
 pub static OFFSET: AtomicUsize = AtomicUsize::new(0);
 
+/// The same offset for this file's own reads: a static the descriptor does not point at is read
+/// with one load relative to the instruction pointer, not through the global offset table.
+static OWN_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+/// The offset of errno from the thread pointer: libc's errno lies in static TLS too, at the same
+/// offset in every thread. Learnt once, before the first allocation is served (`learn_errno`).
+static ERRNO_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
 #[inline(always)]
 fn thread_pointer() -> usize {
     let tp: usize;
@@ -63,7 +71,7 @@ fn thread_pointer() -> usize {
 
 /// The area of the thread whose thread pointer is `tp`, or None before any area was found.
 pub fn area_at(tp: usize) -> Option<*mut Area> {
-    match OFFSET.load(Ordering::Relaxed) {
+    match OWN_OFFSET.load(Ordering::Relaxed) {
         0 => None,
         off => Some(tp.wrapping_add(off) as *mut Area),
     }
@@ -72,7 +80,7 @@ pub fn area_at(tp: usize) -> Option<*mut Area> {
 /// The calling thread's area.
 #[inline(always)]
 pub fn area() -> *mut Area {
-    let off = OFFSET.load(Ordering::Relaxed);
+    let off = OWN_OFFSET.load(Ordering::Relaxed);
     if off != 0 {
         return thread_pointer().wrapping_add(off) as *mut Area;
     }
@@ -90,8 +98,25 @@ fn learn() -> *mut Area {
         // SAFETY: abort takes nothing and does not return.
         unsafe { libc::abort() };
     }
-    OFFSET.store((at as usize).wrapping_sub(thread_pointer()), Ordering::Relaxed);
+    let off = (at as usize).wrapping_sub(thread_pointer());
+    OWN_OFFSET.store(off, Ordering::Relaxed);
+    OFFSET.store(off, Ordering::Relaxed);
     at.cast()
+}
+
+/// Learns where errno lies from the thread pointer, once, before the allocation path uses
+/// `errno_slot`.
+pub fn learn_errno() {
+    // SAFETY: __errno_location returns the calling thread's errno slot; only its address is used.
+    let slot = unsafe { libc::__errno_location() } as usize;
+    ERRNO_OFFSET.store(slot.wrapping_sub(thread_pointer()), Ordering::Relaxed);
+}
+
+/// The calling thread's errno, with no call: a read of the thread pointer and an add.
+/// `learn_errno` must have run.
+#[inline(always)]
+pub fn errno_slot() -> *mut i32 {
+    thread_pointer().wrapping_add(ERRNO_OFFSET.load(Ordering::Relaxed)) as *mut i32
 }
 
 #[cfg(test)]
@@ -113,5 +138,20 @@ mod tests {
         .unwrap();
         assert_eq!(there.0, there.1);
         assert_ne!(there.0, here);
+    }
+
+    #[test]
+    fn errno_is_found_from_the_thread_pointer_in_every_thread() {
+        learn_errno();
+        // SAFETY: only addresses are compared.
+        assert_eq!(errno_slot(), unsafe { libc::__errno_location() });
+        let there = std::thread::spawn(|| {
+            // SAFETY: as above, on the spawned thread.
+            let libc_slot = unsafe { libc::__errno_location() };
+            (errno_slot() as usize, libc_slot as usize)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(there.0, there.1);
     }
 }

@@ -589,3 +589,114 @@ fn mutate(m: &mut [u8], range: std::ops::Range<usize>, rng: &mut Rng) {
         m[w..w + 8].copy_from_slice(&new.to_le_bytes());
     }
 }
+
+/// A run of the attack fixture: bare, or preloaded (with no options), with no core.
+fn attack(mode: &str, preload: bool) -> Output {
+    let prog = fixture("heap_attack");
+    let mut cmd = if preload {
+        common::run::with_dmem(&prog, &[mode], "", None)
+    } else {
+        common::run::bare(&prog, &[mode])
+    };
+    common::run::no_cores(&mut cmd);
+    let out = run_limited(&mut cmd, LIMIT);
+    assert!(!timed_out(&out), "heap_attack {mode} hung");
+    out
+}
+
+/// The one line libdmem writes before it aborts on a header it finds overwritten, naming it.
+fn assert_corruption_line(mode: &str, err: &str, what: &str) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("dmem: heap corruption: the header at 0x"))
+        .unwrap_or_else(|| panic!("{mode}: no corruption line:\n{err}"));
+    assert!(
+        line.contains(what) && line.ends_with("; aborting"),
+        "{mode}: {line}"
+    );
+}
+
+/// An overflow into the next block's header and then a free or realloc of that block: glibc
+/// bare finds its own size word overwritten and aborts; under libdmem the header's list links
+/// are checked before anything is written through them, and the run aborts the same way with
+/// one line naming the header (before, the unlink followed the links: SIGSEGV).
+#[test]
+fn an_overflow_into_the_next_header_aborts_as_bare_with_one_line() {
+    for mode in ["overflow-free", "overflow-realloc"] {
+        let bare = attack(mode, false);
+        assert_eq!(
+            bare.status.signal(),
+            Some(libc::SIGABRT),
+            "{mode} bare: {}",
+            both(&bare)
+        );
+        let out = attack(mode, true);
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "{mode}: {} under libdmem:\n{}",
+            status_text(&out.status),
+            both(&out)
+        );
+        assert_corruption_line(mode, &err, "has list links that do not lead back to it");
+        assert!(
+            text(&out.stdout).contains("target untouched"),
+            "{mode}: {}",
+            both(&out)
+        );
+    }
+}
+
+/// Forged list links (the classic unlink write-what-where that safe unlinking closed in glibc):
+/// the free checks that each neighbour leads back before it writes, so the attacker's target
+/// keeps its value and the run aborts.
+#[test]
+fn forged_list_links_write_nothing() {
+    let out = attack("unlink-write", true);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("target untouched") && !said.contains("target written"),
+        "{}",
+        both(&out)
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{}", both(&out));
+    assert_corruption_line("unlink-write", &err, "list links");
+}
+
+/// Forged words that would make free hand an address of the attacker's choice to glibc (a fake
+/// chunk in .bss, which a later malloc would return): the word that locates an aligned block's
+/// backend block is sealed with the process's secret and checked against where the library puts
+/// it; a header is believed only with the magic sealed for its own address. Both abort, and no
+/// allocation comes from .bss.
+#[test]
+fn forged_header_words_free_nothing_outside_the_heap() {
+    for (mode, line) in [
+        (
+            "forged-base",
+            Some("a word locating its aligned block that the library did not write"),
+        ),
+        ("forged-header", None),
+    ] {
+        let out = attack(mode, true);
+        let (said, err) = (text(&out.stdout), text(&out.stderr));
+        assert!(!said.contains("block in .bss"), "{mode}: {}", both(&out));
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{mode}: {}", both(&out));
+        match line {
+            Some(what) => assert_corruption_line(mode, &err, what),
+            None => assert!(
+                err.contains("pointer was not allocated by this allocator") && err.contains("; aborting"),
+                "{mode}: {err}"
+            ),
+        }
+    }
+    // Without an attack the program runs to its end either way.
+    for preload in [false, true] {
+        let out = attack("intact", preload);
+        assert!(
+            out.status.success() && text(&out.stdout).contains("target untouched"),
+            "{}",
+            both(&out)
+        );
+    }
+}

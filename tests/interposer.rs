@@ -554,6 +554,8 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
         "size word fields overlap"
     );
     assert_eq!(flags & 1, 1, "recording was off");
+    // A header's magic is stored sealed with the process's secret and the header's address.
+    let key = core.u64(w(MAGIC_KEY)).expect("the secret in the core");
     let rd = |a: u64| {
         core.u64(a)
             .unwrap_or_else(|| panic!("address {a:#x} not in the core"))
@@ -572,7 +574,7 @@ fn walk_lists(core: &Core, lib: &Path) -> Vec<Block> {
         let (mut handed, mut handed_bytes) = (0u64, 0u64);
         while h != 0 {
             assert!(count < 10_000_000, "list {i} does not end");
-            let magic = rd32(h + off_magic) as u64;
+            let magic = (rd32(h + off_magic) ^ common::descriptor::header_tag(h, key)) as u64;
             assert!(
                 magic == magic_live || magic == magic_handed,
                 "magic {magic:#x} of header {h:#x} on list {i}"

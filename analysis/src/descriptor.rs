@@ -27,7 +27,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"DMEMLAYT");
 /// Version 6: each thread records the operation in flight on it (`field::TLS_OFFSET`,
 /// `field::INFLIGHT_OFF`, `carried`), and an allocation in progress is told from that record
 /// alone; a reader of an older descriptor has no record to read and spares no block for it.
-pub const VERSION: u64 = 6;
+/// Version 7: a header's magic is stored sealed, xored with `header_tag` of the header's address
+/// and the process's secret (`field::MAGIC_KEY`); the magic fields name what a reader finds once
+/// it has taken the tag off.
+pub const VERSION: u64 = 7;
 /// Bytes of a field's name, NUL included.
 pub const NAME_LEN: usize = 24;
 /// Bytes before the first entry: magic, version and count.
@@ -147,6 +150,20 @@ pub mod field {
     /// the header it works on.
     pub const TLS_OFFSET: &str = "tls_offset";
     pub const INFLIGHT_OFF: &str = "inflight_off";
+    /// From version 7: the address of the word holding the process's secret, chosen at start-up,
+    /// that a header's magic is sealed with (`header_tag`).
+    pub const MAGIC_KEY: &str = "magic_key";
+}
+
+/// What a header's stored magic is xored with, from version 7: a mix of the header's address and
+/// the process's secret, so that a header written anywhere else, or by someone who does not know
+/// the secret, does not pass for one of the library's (glibc's pointer mangling and safe-linking
+/// bind their words to a secret and an address the same way). One multiply by a constant that
+/// fits an instruction's immediate, and the product's high half: it runs on every allocation
+/// and free.
+#[inline(always)]
+pub const fn header_tag(addr: u64, key: u64) -> u32 {
+    ((addr ^ key).wrapping_mul(0x7f4a_7c15) >> 32) as u32
 }
 
 /// Callee-saved registers in the `exit_entry` record.

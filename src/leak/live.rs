@@ -58,7 +58,7 @@ pub(super) fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Breaks) {
     let list = lists::walk_linked(&|s, e| readable(maps, s, e), &mut |i, hr| {
         linked[i].0 += 1;
         linked[i].1 = linked[i].1.wrapping_add(hr.size() as u64);
-        if hr.magic != MAGIC_HANDED {
+        if hr.state() != MAGIC_HANDED {
             out.push(Live {
                 start: header::to_user(hr as *const Header as *mut Header) as usize,
                 size: hr.size(),

@@ -84,6 +84,9 @@ pub struct Layout {
     /// `analysis::carried`): the address of the word holding the offset from a thread pointer
     /// to the thread's area, and the record's offset in the area.
     pub inflight: Option<(u64, u64)>,
+    /// From version 7: the process's secret a header's stored magic is sealed with
+    /// (`descriptor::header_tag`); None before, when magics were stored as they are.
+    pub magic_key: Option<u64>,
 }
 
 /// Recording was on in the process: blocks carry stacks and sit on the lists.
@@ -181,9 +184,21 @@ impl Layout {
             } else {
                 None
             },
+            magic_key: if f.version >= 7 {
+                let mut key = [0u8; 8];
+                mem.read(w(field::MAGIC_KEY)?, &mut key)?;
+                Some(u64::from_le_bytes(key))
+            } else {
+                None
+            },
         };
         l.check().map_err(LayoutError::Invalid)?;
         Ok(l)
+    }
+
+    /// The magic stored in the header at `h`, as the state it names.
+    pub fn magic_state(&self, h: u64, stored: u32) -> u32 {
+        stored ^ self.magic_key.map_or(0, |k| descriptor::header_tag(h, k))
     }
 
     /// Whether the words make sense, so a corrupt descriptor cannot send the walk astray.
@@ -895,7 +910,8 @@ struct HeaderWalk {
 enum Bad {
     Misaligned,
     Unreadable,
-    Magic(u32),
+    /// The state the magic named, and the word stored.
+    Magic(u32, u32),
     /// A sound header that names another list: a walk of a running process met a block that
     /// was freed and allocated again since the link to it was read.
     OtherList(u64),
@@ -917,11 +933,11 @@ fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
     let text = match bad {
         Bad::Misaligned => format!("{from} points to misaligned {h:#x}; rest of the list lost"),
         Bad::Unreadable => format!("{from} points to {h:#x}, which is unreadable; rest of the list lost"),
-        Bad::Magic(m) if *m == l.magic_freed => format!(
+        Bad::Magic(m, _) if *m == l.magic_freed => format!(
             "header {h:#x}, reached from {came}: freed block (magic {m:#x}) still on the list; rest of the list lost"
         ),
-        Bad::Magic(m) => {
-            format!("header {h:#x}, reached from {came}: bad magic {m:#010x}; rest of the list lost")
+        Bad::Magic(_, stored) => {
+            format!("header {h:#x}, reached from {came}: bad magic {stored:#010x}; rest of the list lost")
         }
         Bad::OtherList(o) => {
             format!("header {h:#x}, reached from {came}: it names list {o}; rest of the list lost")
@@ -931,7 +947,7 @@ fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
     // read as a header of this list.
     let header = match bad {
         Bad::Misaligned | Bad::Unreadable => (prev != 0).then_some(prev),
-        Bad::Magic(_) | Bad::OtherList(_) => Some(h),
+        Bad::Magic(..) | Bad::OtherList(_) => Some(h),
     };
     Problem {
         list: Some(i),
@@ -1151,10 +1167,11 @@ fn read_header(
     }
     let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
     let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
-    let magic = u32_at(l.off_magic);
+    let stored = u32_at(l.off_magic);
+    let magic = l.magic_state(h, stored);
     let handed = Some(magic) == l.magic_handed;
     if magic != l.magic_live && !handed {
-        return Ok(Err(Bad::Magic(magic)));
+        return Ok(Err(Bad::Magic(magic, stored)));
     }
     let word = u64_at(l.off_size);
     let field = |shift: u64, bits: u64| {
@@ -1224,9 +1241,17 @@ pub mod tests {
     const NLISTS: u64 = 2;
     /// The word that holds the offset from a thread's pointer to its area (0: none found yet).
     const TLS_OFFSET: u64 = 0x4f00;
+    /// The word holding the process's secret, and the secret: headers' magics are sealed.
+    const KEY_AT: u64 = 0x4f08;
+    const KEY: u64 = 0x8000_5eed_1234_abcd;
+
+    /// The magic the library stores for `state` in the header at `h`.
+    pub fn sealed(h: u64, state: u32) -> [u8; 4] {
+        (state ^ descriptor::header_tag(h, KEY)).to_le_bytes()
+    }
 
     /// The fields of a descriptor of this crate's own layout, two lists.
-    const FAKE_FIELDS: [(&str, u64); 36] = [
+    const FAKE_FIELDS: [(&str, u64); 37] = [
         (field::HEADER_SIZE, 112),
         (field::NFRAMES, 10),
         (field::OFF_NEXT, 0),
@@ -1263,6 +1288,7 @@ pub mod tests {
         (field::CHECKS, CHECKS),
         (field::TLS_OFFSET, TLS_OFFSET),
         (field::INFLIGHT_OFF, 64),
+        (field::MAGIC_KEY, KEY_AT),
     ];
 
     /// A process with the descriptor at `DESC` and two empty lists.
@@ -1273,6 +1299,7 @@ pub mod tests {
         m.put(CHECKS, &checks);
         m.put_u64(FLAGS, FLAG_RECORDING);
         m.put_u64(TLS_OFFSET, 0);
+        m.put_u64(KEY_AT, KEY);
         for i in 0..NLISTS {
             m.put(LISTS + i * STRIDE, &[0u8; STRIDE as usize]);
         }
@@ -1290,7 +1317,7 @@ pub mod tests {
         }
         hdr[96..104].copy_from_slice(&(size | (list << 48)).to_le_bytes());
         hdr[104..108].copy_from_slice(&tid.to_le_bytes());
-        hdr[108..112].copy_from_slice(&0xd3e3_a11cu32.to_le_bytes());
+        hdr[108..112].copy_from_slice(&sealed(h, 0xd3e3_a11c));
         m.put(h, &hdr);
         if head != 0 {
             m.put_u64(head + 8, h);
@@ -1334,7 +1361,7 @@ pub mod tests {
         link(&m, 0, 0x10800, 300, 7, &[0xa]);
         // Another thread freed the middle block: handed, still linked, counted as live by the
         // owner's counters, and once in the handed ones.
-        m.put(0x10400 + 108, &0xd3e3_f4edu32.to_le_bytes());
+        m.put(0x10400 + 108, &sealed(0x10400, 0xd3e3_f4ed));
         let base = LISTS;
         m.put_u64(base + 72, 1);
         m.put_u64(base + 80, 200);
@@ -1403,7 +1430,7 @@ pub mod tests {
         );
         // A header whose magic is gone (freed under us) ends the walk there.
         m.put_u64(0x10000, 0);
-        m.put(0x10000 + 108, &0xd3e3_f4eeu32.to_le_bytes());
+        m.put(0x10000 + 108, &sealed(0x10000, 0xd3e3_f4ee));
         let w = walk(&m, &l, WalkOptions::default()).unwrap();
         let why = &w.lists[0].problem.as_ref().unwrap().text;
         assert!(
@@ -1430,7 +1457,7 @@ pub mod tests {
             if *reads.borrow() == 4 {
                 m.put_u64(a, c);
                 m.put_u64(c + 8, a);
-                m.put(b + 108, &0xd3e3_f4eeu32.to_le_bytes());
+                m.put(b + 108, &sealed(b, 0xd3e3_f4ee));
                 let seq = m.bytes.borrow()[&(LISTS + 40)];
                 m.put_u64(LISTS + 40, seq as u64 + 2);
             }
@@ -1532,6 +1559,7 @@ pub mod tests {
                     history: None,
                     sealed: Sealed::Older,
                     inflight: None,
+                    magic_key: None,
                     ..now
                 }
             )

@@ -159,6 +159,7 @@ pub fn layout() -> Layout {
         sealed: Sealed::Older,
         exit_entry: None,
         inflight: None,
+        magic_key: None,
     }
 }
 
