@@ -1013,7 +1013,7 @@ impl Suppressions {
             if input.complete() {
                 let mut candidates: Vec<usize> = self.vg_any.iter().copied().filter(|&c| c >= id).collect();
                 for name in input.names() {
-                    if let Some(ids) = self.vg_by_name.get(&name) {
+                    if let Some(ids) = self.vg_by_name.get(name) {
                         candidates.extend(ids.iter().copied().filter(|&c| c >= id));
                     }
                 }
@@ -1045,6 +1045,9 @@ struct Input<'f, F: Frames> {
     src: &'f mut F,
     /// Each frame named so far: its return address and its place among that one's frames.
     named: Vec<(usize, usize)>,
+    /// Each named frame's names as `fun:` lines see them (`Frame::valgrind_names`), looked up
+    /// once however many suppressions are tried.
+    names: Vec<Vec<String>>,
     /// How many return addresses are named.
     upto: usize,
     /// The stack was recorded whole, not cut by the number of slots.
@@ -1058,6 +1061,7 @@ impl<'f, F: Frames> Input<'f, F> {
             alloc_object: head.alloc_object.map(|p| p.to_string_lossy().into_owned()),
             src,
             named: Vec::new(),
+            names: Vec::new(),
             upto: 0,
             whole: !head.truncated,
         }
@@ -1075,24 +1079,18 @@ impl<'f, F: Frames> Input<'f, F> {
         };
         while self.named.len() <= k && self.upto < self.src.len() {
             let i = self.upto;
-            let n = self.src.frames(i).len();
+            let frames = self.src.frames(i);
+            let n = frames.len();
+            self.names.extend(frames.iter().map(Frame::valgrind_names));
             self.named.extend((0..n).map(|j| (i, j)));
             self.upto += 1;
         }
         k < self.named.len()
     }
 
-    /// Every frame's name as `fun:` lines see it.
-    fn names(&mut self) -> Vec<String> {
-        (0..self.src.len())
-            .flat_map(|i| {
-                self.src
-                    .frames(i)
-                    .iter()
-                    .flat_map(Frame::valgrind_names)
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+    /// Every name of every frame as `fun:` lines see them, once every frame is named.
+    fn names(&self) -> impl Iterator<Item = &String> {
+        self.names.iter().flatten()
     }
 
     /// valgrind's `generic_match` with a prefix match: every location consumed, frames may be
@@ -1152,6 +1150,7 @@ impl<'f, F: Frames> Input<'f, F> {
             };
         }
         let (i, j) = self.named[k - self.alloc.len()];
+        let names = &self.names[k - self.alloc.len()];
         let f = &self.src.frames(i)[j];
         match loc {
             Loc::Any => true,
@@ -1159,7 +1158,7 @@ impl<'f, F: Frames> Input<'f, F> {
                 Some((ours, theirs)) => glob(theirs.as_bytes(), ours.as_bytes()),
                 // Any of the names the function's address has: valgrind's, which its
                 // suppressions name, and the one the symboliser gave.
-                None => f.valgrind_names().iter().any(|n| g.matches(n)),
+                None => names.iter().any(|n| g.matches(n)),
             },
             Loc::Obj(g) => match &f.object {
                 Some(o) => g.matches(&o.to_string_lossy()),
