@@ -131,11 +131,13 @@ static TABLES: Mutex<Option<HashMap<PathBuf, Arc<Table>>>> = Mutex::new(None);
 /// The table of the object at `path` (as the process mapped it), read on first use.
 pub fn table(path: &Path) -> Arc<Table> {
     let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-    tables
-        .get_or_insert_with(HashMap::new)
-        .entry(path.to_path_buf())
-        .or_insert_with(|| Arc::new(Table::read(&files_of(path))))
-        .clone()
+    let tables = tables.get_or_insert_with(HashMap::new);
+    if let Some(t) = tables.get(path) {
+        return t.clone();
+    }
+    let t = Arc::new(Table::read(&files_of(path)));
+    tables.insert(path.to_path_buf(), t.clone());
+    t
 }
 
 #[cfg(test)]

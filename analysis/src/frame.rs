@@ -104,15 +104,20 @@ impl Frame {
     /// symbol tables (valgrind's first), or the one name it has; and `(below main)` for the
     /// frames under `main`.
     pub fn valgrind_names(&self) -> Vec<String> {
-        let mut out = vec![self.valgrind_name().into_owned()];
-        if let (Some(symbol), false) = (self.symbol.as_deref(), self.inlined) {
-            match self.aliases() {
-                Some(names) => out.extend(names.iter().cloned()),
-                None => out.push(symbol.to_owned()),
-            }
+        let Some(symbol) = self.symbol.as_deref() else {
+            return vec!["???".to_owned()];
+        };
+        if self.inlined {
+            return vec![symbol.to_owned()];
         }
-        out.dedup();
-        out
+        let below = |name: &str| is_below_main(name).then(|| "(below main)".to_owned());
+        match self.aliases() {
+            Some(names) => below(&names[0])
+                .into_iter()
+                .chain(names.iter().cloned())
+                .collect(),
+            None => below(symbol).into_iter().chain([symbol.to_owned()]).collect(),
+        }
     }
 
     /// The names of this frame's function in its object's symbol tables, when it has several.
