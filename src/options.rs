@@ -45,6 +45,8 @@ pub struct Options {
     pub leak_report: bool,
     /// Which leak classes the report lists, as a set of `reach::Class::bit`s.
     pub leak_show: u8,
+    /// Which leak classes `leak_exitcode` counts, as a set of `reach::Class::bit`s.
+    pub leak_errors: u8,
     /// memcheck's heuristics the report applies, as a set of `reach::Heuristic::bit`s.
     pub leak_heuristics: u8,
     pub report_file: [u8; PATH_MAX],
@@ -80,9 +82,16 @@ impl Options {
     }
 }
 
+/// Sets an option from its value; false if the value is not one it takes.
+type Setter = fn(&mut Options, &[u8]) -> bool;
+
 enum Kind {
     Flag(fn(&mut Options)),
-    Value(&'static str, fn(&mut Options, &[u8]) -> bool),
+    Value(&'static str, Setter),
+    /// A value that is a list, which may go on past the commas that separate options, as
+    /// valgrind writes its lists: `show-leak-kinds=definite,possible` (a word that is no
+    /// option continues the list before it).
+    List(&'static str, Setter),
 }
 
 struct Spec {
@@ -141,16 +150,26 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "leak-report",
         kind: Kind::Flag(|o| o.leak_report = true),
-        help: "at exit, however the program ends (exit, _exit, quick_exit, a fatal signal), report blocks definitely, indirectly or possibly lost, by stack, as valgrind classes them",
+        help: "at exit, however the program ends (exit, _exit, quick_exit, a fatal signal), report the blocks no pointer reaches, by stack, as valgrind classes them (definitely, indirectly, possibly lost; still reachable)",
+    },
+    Spec {
+        name: "show-leak-kinds",
+        kind: Kind::List("LIST", set_leak_show),
+        help: "leak classes the report lists, as valgrind's --show-leak-kinds: definite, indirect, possible, reachable, separated by commas or +, or all or none (default definite,possible, as valgrind's)",
+    },
+    Spec {
+        name: "errors-for-leak-kinds",
+        kind: Kind::List("LIST", set_leak_errors),
+        help: "leak classes that count for leak-exitcode, as valgrind's --errors-for-leak-kinds: the words of show-leak-kinds (default definite,possible, as valgrind's)",
     },
     Spec {
         name: "leak-show",
-        kind: Kind::Value("LIST", set_leak_show),
-        help: "leak classes the report lists, +-separated: definite, indirect, possible, reachable or all (default definite+indirect+possible)",
+        kind: Kind::List("LIST", set_leak_show),
+        help: "the former name of show-leak-kinds",
     },
     Spec {
         name: "leak-heuristics",
-        kind: Kind::Value("LIST", set_leak_heuristics),
+        kind: Kind::List("LIST", set_leak_heuristics),
         help: "interior pointers that count as reaching a block's start, as valgrind's --leak-check-heuristics: stdstring, length64, newarray, multipleinheritance, +-separated, or all (the default) or none",
     },
     Spec {
@@ -166,7 +185,7 @@ static TABLE: &[Spec] = &[
     Spec {
         name: "leak-exitcode",
         kind: Kind::Value("N", set_exitcode),
-        help: "exit with status N (0-255) when the leak report finds blocks definitely, indirectly or possibly lost that no suppression matches",
+        help: "exit with status N (0-255) when the leak report finds blocks of the classes errors-for-leak-kinds names (definitely or possibly lost by default) that no suppression matches",
     },
     Spec {
         name: "suppressions",
@@ -278,15 +297,21 @@ fn set_exitcode(o: &mut Options, v: &[u8]) -> bool {
     parsed.is_some()
 }
 
-/// The classes a `leak-show` word names. `+` separates them because `,` separates options.
-fn set_leak_show(o: &mut Options, v: &[u8]) -> bool {
-    match core::str::from_utf8(v).ok().map(Class::parse_set) {
-        Some(Ok(set)) => {
-            o.leak_show = set;
-            true
-        }
-        _ => false,
+/// The classes a list of valgrind's leak kinds names: `all`, `none`, or the words
+/// separated by commas or `+`.
+fn leak_kinds(v: &[u8]) -> Option<u8> {
+    match core::str::from_utf8(v).ok()? {
+        "none" => Some(0),
+        text => Class::parse_set(text).ok(),
     }
+}
+
+fn set_leak_show(o: &mut Options, v: &[u8]) -> bool {
+    leak_kinds(v).map(|set| o.leak_show = set).is_some()
+}
+
+fn set_leak_errors(o: &mut Options, v: &[u8]) -> bool {
+    leak_kinds(v).map(|set| o.leak_errors = set).is_some()
 }
 
 /// The heuristics a `leak-heuristics` word names, `+`-separated as for `leak-show`.
@@ -300,8 +325,9 @@ fn set_leak_heuristics(o: &mut Options, v: &[u8]) -> bool {
     }
 }
 
-/// valgrind's default for --show-leak-kinds: every class but still reachable.
-const SHOW_DEFAULT: u8 = Class::ALL_BITS & !Class::StillReachable.bit();
+/// valgrind's default for --show-leak-kinds and --errors-for-leak-kinds (3.19): definitely
+/// and possibly lost.
+const KINDS_DEFAULT: u8 = Class::DefinitelyLost.bit() | Class::PossiblyLost.bit();
 
 fn set_unwinder(o: &mut Options, v: &[u8]) -> bool {
     o.unwinder = match v {
@@ -326,7 +352,8 @@ static OPTIONS: Cell = Cell(UnsafeCell::new(Options {
     ignore_bad_free: false,
     unwinder: Unwinder::Fast,
     leak_report: false,
-    leak_show: SHOW_DEFAULT,
+    leak_show: KINDS_DEFAULT,
+    leak_errors: KINDS_DEFAULT,
     leak_heuristics: Heuristic::DEFAULT,
     report_file: [0; PATH_MAX],
     leak_exitcode: None,
@@ -398,7 +425,13 @@ pub fn parse() {
     let bytes = unsafe { core::ffi::CStr::from_ptr(raw) }.to_bytes();
     // SAFETY: single-threaded start-up (see `parse`'s contract): no reader exists yet.
     let opts = unsafe { &mut *OPTIONS.0.get() };
+    // The list option the last word set, if any: where its value starts, and its setter.
+    let mut list: Option<(usize, Setter)> = None;
+    let mut start = 0;
     for word in bytes.split(|&b| b == b',') {
+        let end = start + word.len();
+        let word_start = start;
+        start = end + 1;
         if word.is_empty() {
             continue;
         }
@@ -411,15 +444,31 @@ pub fn parse() {
             s.name.as_bytes() == key
                 && matches!(
                     (&s.kind, value),
-                    (Kind::Flag(_), None) | (Kind::Value(..), Some(_))
+                    (Kind::Flag(_), None) | (Kind::Value(..) | Kind::List(..), Some(_))
                 )
         });
+        if let (None, None, Some((from, set))) = (spec, value, list) {
+            // A word that is no option goes on with the list before it: the list is read again
+            // from its start through this word.
+            if !set(opts, &bytes[from..end]) {
+                warn_bad(word);
+            }
+            continue;
+        }
+        list = None;
         let ok = match (spec.map(|s| &s.kind), value) {
             (Some(Kind::Flag(set)), None) => {
                 set(opts);
                 true
             }
             (Some(Kind::Value(_, set)), Some(v)) => set(opts, v),
+            (Some(Kind::List(_, set)), Some(v)) => {
+                let ok = set(opts, v);
+                if ok {
+                    list = Some((word_start + key.len() + 1, *set));
+                }
+                ok
+            }
             _ => false,
         };
         if !ok {
@@ -438,7 +487,7 @@ fn warn_bad(word: &[u8]) {
             out.str(", ");
         }
         out.str(s.name);
-        if let Kind::Value(arg, _) = s.kind {
+        if let Kind::Value(arg, _) | Kind::List(arg, _) = s.kind {
             out.str("=").str(arg);
         }
     }
@@ -451,7 +500,7 @@ fn print_help() {
     for s in TABLE {
         out.str("  ").str(s.name);
         let mut width = s.name.len();
-        if let Kind::Value(arg, _) = s.kind {
+        if let Kind::Value(arg, _) | Kind::List(arg, _) = s.kind {
             out.str("=").str(arg);
             width += 1 + arg.len();
         }

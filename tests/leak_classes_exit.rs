@@ -288,12 +288,22 @@ fn leak_show_lists_only_the_classes_asked_for() {
         classes.dedup();
         (classes, report_summary(&run.report), run.report)
     };
+    // valgrind 3.19's default, --show-leak-kinds=definite,possible: the cycle's indirectly lost
+    // blocks are counted, not listed.
     let (default, sum, report) = listed("");
-    assert_eq!(default, ["definitely lost", "indirectly lost"], "{report}");
+    assert_eq!(default, ["definitely lost"], "{report}");
     assert!(
-        report.contains("dmem: not listed: still reachable (leak-show=all lists every class)"),
+        report.contains(
+            "dmem: not listed: indirectly lost, still reachable (show-leak-kinds=all lists every class)"
+        ),
         "{report}"
     );
+    // valgrind's spelling, commas and all, inside DMEM_OPTS's own commas.
+    let (commas, _, report) = listed("show-leak-kinds=definite,indirect,no-signal-report");
+    assert_eq!(commas, ["definitely lost", "indirectly lost"], "{report}");
+    assert!(!report.contains("ignoring"), "{report}");
+    let (none, _, report) = listed("show-leak-kinds=none");
+    assert!(none.is_empty(), "{report}");
     // The summary gives all four counts whatever is listed.
     let (only, sum2, report) = listed("leak-show=reachable+definite");
     assert_eq!(only, ["definitely lost", "still reachable"], "{report}");
@@ -331,6 +341,27 @@ fn leak_exitcode_counts_possibly_lost_blocks() {
     );
     let out = run_limited(&mut with_dmem(fixture(case.name), &[], &opts, None), LIMIT);
     assert_eq!(out.status.code(), Some(23), "{}", status_text(&out.status));
+}
+
+#[test]
+fn leak_exitcode_counts_the_classes_errors_for_leak_kinds_names() {
+    // leakclass_cycle loses blocks definitely and indirectly, and holds reachable ones; as
+    // valgrind's --error-exitcode, only the classes --errors-for-leak-kinds names fail the run.
+    let case = CASES.iter().find(|c| c.name == "leakclass_cycle").unwrap();
+    let dir = scratch_dir("leak_classes_errors_for");
+    let status = |kinds: &str| {
+        let opts = format!(
+            "leak-report,leak-exitcode=23,{kinds}report-file={}",
+            dir.join("r.txt").display()
+        );
+        let out = run_limited(&mut with_dmem(fixture(case.name), &[], &opts, None), LIMIT);
+        out.status.code()
+    };
+    assert_eq!(status(""), Some(23), "definite by default");
+    assert_eq!(status("errors-for-leak-kinds=possible,"), Some(0));
+    assert_eq!(status("errors-for-leak-kinds=none,"), Some(0));
+    assert_eq!(status("errors-for-leak-kinds=possible,indirect,"), Some(23));
+    assert_eq!(status("errors-for-leak-kinds=reachable,"), Some(23));
 }
 
 /// Blocks and bytes per heuristic, by name, from valgrind's "of which reachable via heuristic"

@@ -20,7 +20,11 @@ const HIDE: &str = "0x5a5a5a5a5a5a5a5a";
 fn core_and_report(test: &str, name: &str) -> (PathBuf, PathBuf, String) {
     let dir = scratch_dir(test);
     let report = dir.join("report.txt");
-    let opts = format!("leak-report,abort-shutdown,report-file={}", report.display());
+    // Every lost class listed, as the gdb side and `dmem leaks` list them.
+    let opts = format!(
+        "leak-report,abort-shutdown,show-leak-kinds=definite,indirect,possible,report-file={}",
+        report.display()
+    );
     let core = make_core(&dir, &fixture(name), &[], &opts, &lib_path());
     let text = std::fs::read_to_string(&report)
         .unwrap_or_else(|e| panic!("no exit report at {}: {e}", report.display()));

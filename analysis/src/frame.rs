@@ -2,6 +2,7 @@
 //! at exit (`src/frames.rs`) and the launcher from `addr2line` (`model/symbolize.rs`), and the
 //! one that suppressions are matched against and valgrind's XML is written from.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -80,16 +81,49 @@ impl Frame {
         }
     }
 
-    /// The name valgrind's `fun:` lines see for this frame, `???` when nothing names it. The
-    /// frames glibc runs `main` from are `(below main)`, as valgrind renames them.
-    pub fn valgrind_name(&self) -> &str {
-        match self.symbol.as_deref() {
-            Some(BELOW_MAIN_1 | BELOW_MAIN_2 | BELOW_MAIN_3 | BELOW_MAIN_4) if !self.inlined => {
-                "(below main)"
-            }
-            Some(s) => s,
-            None => "???",
+    /// The name valgrind shows for this frame, `???` when nothing names it: of a function's names
+    /// in its object's symbol tables the one valgrind prefers (`aliases`), whichever the
+    /// symboliser gave; and the frames glibc runs `main` from as `(below main)`, as valgrind
+    /// renames them.
+    pub fn valgrind_name(&self) -> Cow<'_, str> {
+        let Some(symbol) = self.symbol.as_deref() else {
+            return Cow::Borrowed("???");
+        };
+        if self.inlined {
+            return Cow::Borrowed(symbol);
         }
+        match self.aliases() {
+            Some(names) if is_below_main(&names[0]) => Cow::Borrowed("(below main)"),
+            Some(names) => Cow::Owned(names[0].clone()),
+            None if is_below_main(symbol) => Cow::Borrowed("(below main)"),
+            None => Cow::Borrowed(symbol),
+        }
+    }
+
+    /// Every name a `fun:` line may match this frame by: its function's names in the object's
+    /// symbol tables (valgrind's first), or the one name it has; and `(below main)` for the
+    /// frames under `main`.
+    pub fn valgrind_names(&self) -> Vec<String> {
+        let Some(symbol) = self.symbol.as_deref() else {
+            return vec!["???".to_owned()];
+        };
+        if self.inlined {
+            return vec![symbol.to_owned()];
+        }
+        let below = |name: &str| is_below_main(name).then(|| "(below main)".to_owned());
+        match self.aliases() {
+            Some(names) => below(&names[0])
+                .into_iter()
+                .chain(names.iter().cloned())
+                .collect(),
+            None => below(symbol).into_iter().chain([symbol.to_owned()]).collect(),
+        }
+    }
+
+    /// The names of this frame's function in its object's symbol tables, when it has several.
+    fn aliases(&self) -> Option<std::sync::Arc<[String]>> {
+        let object = self.object.as_deref()?;
+        crate::aliases::table(object).names(self.symbol.as_deref()?)
     }
 
     /// The source file without its directory, and the directory, as valgrind's XML splits them.
@@ -103,10 +137,21 @@ impl Frame {
     }
 }
 
-const BELOW_MAIN_1: &str = "__libc_start_main";
-const BELOW_MAIN_2: &str = "__libc_start_call_main";
-const BELOW_MAIN_3: &str = "__libc_start_main_impl";
-const BELOW_MAIN_4: &str = "generic_start_main";
+/// Whether valgrind counts a function of this name as one of those that run `main`
+/// (`get_fnname_kind` in its `m_debuginfo/debuginfo.c`, for glibc on Linux), with glibc 2.34's
+/// `__libc_start_main_impl` too, which is what a symboliser may call the function valgrind names
+/// `__libc_start_main@@GLIBC_2.34`, when the object's other names cannot be read.
+fn is_below_main(name: &str) -> bool {
+    matches!(
+        name,
+        "__libc_start_main"
+            | "__libc_start_call_main"
+            | "generic_start_main"
+            | "_start"
+            | "__libc_start_main_impl"
+    ) || name.starts_with("__libc_start_main.")
+        || name.starts_with("generic_start_main.")
+}
 
 /// The name valgrind gives an inlined function: its DW_AT_name, which is the demangled name
 /// without its scope or parameters (`std::vector<int>::push_back(int const&)` is

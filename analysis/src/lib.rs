@@ -4,11 +4,13 @@
 //! A crate of its own, so that neither side links the other: the library stays free of the
 //! launcher's dependencies and the launcher never carries the library's malloc exports. Both
 //! name it `analysis` (`use dmem_analysis as analysis;` at their roots). Code here uses only
-//! `core` and `alloc`/`std` collections and two crates both sides link anyway: `aho-corasick`
-//! for suppression patterns and `cpp_demangle` for valgrind's names of inlined functions; and it
+//! `core` and `alloc`/`std` collections and crates both sides link anyway: `aho-corasick` for
+//! suppression patterns, `cpp_demangle` for valgrind's names of inlined functions and `object`
+//! (which the `backtrace` crate and the launcher read ELF with) for functions' names; and it
 //! never allocates where its comments say it runs while the process's other threads are stopped.
 #![forbid(unsafe_code)]
 
+pub mod aliases;
 pub mod allocfn;
 pub mod arena;
 pub mod carried;

@@ -497,6 +497,15 @@ enum Loc {
 }
 
 impl Loc {
+    /// `...`, `obj:*` or `fun:*`: matches any frame.
+    fn is_wild(&self) -> bool {
+        match self {
+            Loc::Any => true,
+            Loc::Fun(g) | Loc::Obj(g) => g.0 == "*",
+            Loc::Src(..) => false,
+        }
+    }
+
     fn parse(l: &str) -> Option<Loc> {
         if l == "..." {
             return Some(Loc::Any);
@@ -1004,7 +1013,7 @@ impl Suppressions {
             if input.complete() {
                 let mut candidates: Vec<usize> = self.vg_any.iter().copied().filter(|&c| c >= id).collect();
                 for name in input.names() {
-                    if let Some(ids) = self.vg_by_name.get(&name) {
+                    if let Some(ids) = self.vg_by_name.get(name) {
                         candidates.extend(ids.iter().copied().filter(|&c| c >= id));
                     }
                 }
@@ -1036,8 +1045,13 @@ struct Input<'f, F: Frames> {
     src: &'f mut F,
     /// Each frame named so far: its return address and its place among that one's frames.
     named: Vec<(usize, usize)>,
+    /// Each named frame's names as `fun:` lines see them (`Frame::valgrind_names`), looked up
+    /// once however many suppressions are tried.
+    names: Vec<Vec<String>>,
     /// How many return addresses are named.
     upto: usize,
+    /// The stack was recorded whole, not cut by the number of slots.
+    whole: bool,
 }
 
 impl<'f, F: Frames> Input<'f, F> {
@@ -1047,7 +1061,9 @@ impl<'f, F: Frames> Input<'f, F> {
             alloc_object: head.alloc_object.map(|p| p.to_string_lossy().into_owned()),
             src,
             named: Vec::new(),
+            names: Vec::new(),
             upto: 0,
+            whole: !head.truncated,
         }
     }
 
@@ -1063,24 +1079,18 @@ impl<'f, F: Frames> Input<'f, F> {
         };
         while self.named.len() <= k && self.upto < self.src.len() {
             let i = self.upto;
-            let n = self.src.frames(i).len();
+            let frames = self.src.frames(i);
+            let n = frames.len();
+            self.names.extend(frames.iter().map(Frame::valgrind_names));
             self.named.extend((0..n).map(|j| (i, j)));
             self.upto += 1;
         }
         k < self.named.len()
     }
 
-    /// Every frame's name as `fun:` lines see it.
-    fn names(&mut self) -> Vec<String> {
-        (0..self.src.len())
-            .flat_map(|i| {
-                self.src
-                    .frames(i)
-                    .iter()
-                    .map(|f| f.valgrind_name().to_owned())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+    /// Every name of every frame as `fun:` lines see them, once every frame is named.
+    fn names(&self) -> impl Iterator<Item = &String> {
+        self.names.iter().flatten()
     }
 
     /// valgrind's `generic_match` with a prefix match: every location consumed, frames may be
@@ -1092,6 +1102,16 @@ impl<'f, F: Frames> Input<'f, F> {
     /// frames for the runs after them: time bounded by locations times frames, however many
     /// `...` there are.
     fn matches(&mut self, locs: &[Loc]) -> bool {
+        // valgrind's unwinder goes on past the program's entry point into whatever words lie
+        // above it on the stack, and its generated suppressions write those frames as `obj:*`;
+        // a recorded stack ends at the entry point. So past the end of a stack that was not
+        // cut, trailing locations that match any frame match no frame as well.
+        let locs = if self.whole {
+            let wild = locs.iter().rev().take_while(|l| l.is_wild()).count();
+            &locs[..locs.len() - wild]
+        } else {
+            locs
+        };
         let mut at = 0;
         for (i, run) in locs.split(|l| matches!(l, Loc::Any)).enumerate() {
             if run.is_empty() {
@@ -1130,12 +1150,15 @@ impl<'f, F: Frames> Input<'f, F> {
             };
         }
         let (i, j) = self.named[k - self.alloc.len()];
+        let names = &self.names[k - self.alloc.len()];
         let f = &self.src.frames(i)[j];
         match loc {
             Loc::Any => true,
             Loc::Fun(g) => match template_base(f, &g.0) {
                 Some((ours, theirs)) => glob(theirs.as_bytes(), ours.as_bytes()),
-                None => g.matches(f.valgrind_name()),
+                // Any of the names the function's address has: valgrind's, which its
+                // suppressions name, and the one the symboliser gave.
+                None => names.iter().any(|n| g.matches(n)),
             },
             Loc::Obj(g) => match &f.object {
                 Some(o) => g.matches(&o.to_string_lossy()),
@@ -1154,10 +1177,10 @@ impl<'f, F: Frames> Input<'f, F> {
 /// (`pair<const std::string&, 0>`), while here the name comes from demangling the linkage name
 /// (`pair<std::string const&, 0ul>`); so the arguments are not compared.
 fn template_base<'f, 'p>(f: &'f Frame, pattern: &'p str) -> Option<(&'f str, &'p str)> {
-    let name = f.valgrind_name();
     if !f.inlined {
         return None;
     }
+    let name = f.symbol.as_deref()?;
     let (ours, _) = name.split_once('<')?;
     let (theirs, _) = pattern.split_once('<')?;
     Some((ours, theirs))
@@ -1622,7 +1645,12 @@ mod tests {
             let want = {
                 let mut all: Vec<&str> = vec!["malloc"];
                 all.extend(names.iter().map(String::as_str));
-                let ls: Vec<&str> = locs.iter().map(|l| l.strip_prefix("fun:").unwrap_or(l)).collect();
+                let mut ls: Vec<&str> = locs.iter().map(|l| l.strip_prefix("fun:").unwrap_or(l)).collect();
+                // A stack recorded whole ends where valgrind's goes on into `obj:*` frames:
+                // trailing locations that match any frame may match none there.
+                while !st.truncated && ls.last().is_some_and(|l| *l == "..." || *l == "*") {
+                    ls.pop();
+                }
                 locs_oracle(&ls, &all)
             };
             assert_eq!(
@@ -1653,6 +1681,26 @@ mod tests {
             sup.find(&st, Class::DefinitelyLost).is_some(),
             "a trailing ... takes nothing"
         );
+    }
+
+    #[test]
+    fn trailing_wildcards_match_past_the_end_of_a_whole_stack() {
+        // valgrind's stack of a static constructor's block goes on past the entry point into
+        // junk it writes as `obj:*`; a stack recorded whole ends at the entry point.
+        let fr = frames();
+        let text = "{\n n\n Memcheck:Leak\n fun:malloc\n fun:vendor_init\n fun:_ZN2ns4loadIiEEvv\n \
+                    fun:main\n fun:(below main)\n obj:*\n obj:*\n ...\n}\n";
+        let mut sup = Suppressions::new(vec![parse("t.supp", text).unwrap()]);
+        let mut st = stack(&fr);
+        assert!(sup.find(&st, Class::DefinitelyLost).is_some(), "whole: matched");
+        // A stack that filled every slot may have been cut: what lies past it is unknown.
+        st.truncated = true;
+        assert_eq!(sup.find(&st, Class::DefinitelyLost), None, "cut: not matched");
+        // A named frame past the end never matches.
+        st.truncated = false;
+        let named = "{\n n\n Memcheck:Leak\n fun:malloc\n ...\n fun:(below main)\n obj:*\n fun:x\n}\n";
+        let mut sup = Suppressions::new(vec![parse("t.supp", named).unwrap()]);
+        assert_eq!(sup.find(&st, Class::DefinitelyLost), None);
     }
 
     /// Runs `f` on a thread and fails if it has not finished in a minute: far beyond what it

@@ -61,7 +61,13 @@ pub(super) fn write_report(
         None => (0, 0),
     };
     groups.retain(|((c, _), g)| show & c.bit() != 0 && g.hit.is_none());
-    let leaked = totals.iter().filter(|(c, _)| c.is_leak()).map(|(_, t)| t.0).sum();
+    // What leak-exitcode counts: the classes errors-for-leak-kinds names, as valgrind's
+    // --error-exitcode counts leak errors.
+    let leaked = totals
+        .iter()
+        .filter(|(c, _)| opts.leak_errors & c.bit() != 0)
+        .map(|(_, t)| t.0)
+        .sum();
     if opts.report_xml {
         // memcheck counts indirectly lost bytes in the record of the definitely lost block
         // that holds them.
@@ -237,7 +243,7 @@ fn write_hidden(out: &mut Out, totals: &Totals, show: u8) {
     if !hidden.is_empty() {
         let _ = writeln!(
             out,
-            "dmem: not listed: {} (leak-show=all lists every class)",
+            "dmem: not listed: {} (show-leak-kinds=all lists every class)",
             hidden.join(", ")
         );
     }
