@@ -131,7 +131,8 @@ pub fn walk(mem: &dyn Memory, arenas: &Arenas, out: &mut Vec<Chunk>) -> Vec<Stop
 
 /// The chunks glibc mapped on their own: at the start of a page of anonymous writable memory
 /// outside every heap, a `prev_size` of 0 and a size word with only IS_MMAPPED set, a whole
-/// number of pages that fits the mapping; the next one may follow right after it.
+/// number of pages that fits the mapping; the next one may follow right after it. A chunk that
+/// memalign (aligned_alloc, posix_memalign) carved out of a mapping starts further in.
 pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut Vec<Chunk>) {
     let n = arenas.list.len();
     for r in maps::ranges(regions) {
@@ -157,9 +158,11 @@ pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut 
                 && size.is_multiple_of(PAGE)
                 && p + size <= end;
             if chunk {
+                // memalign's mapped chunk starts inside its mapping (see `aligned_within`).
+                let lead = aligned_within(mem, p, size).unwrap_or(0);
                 out.push(Chunk {
-                    at: p,
-                    size,
+                    at: p + lead,
+                    size: size - lead,
                     in_use: true,
                     mmapped: true,
                     arena: n,
@@ -170,4 +173,33 @@ pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut 
             }
         }
     }
+}
+
+/// Where, `lead` bytes into the mapped chunk of `size` bytes at `p`, memalign put the chunk it
+/// returned, if it moved it. glibc's `_int_memalign` maps `size` for the request plus the
+/// alignment, and when the block it got is not aligned moves the chunk up to the first aligned
+/// place at least MINSIZE bytes in, writing there `prev_size = lead` (how `free` finds the
+/// mapping's start) and `size - lead` with IS_MMAPPED; the mapping's first header stays as it
+/// was. The alignment is a power of two from 32 up, so the places to look are one per power.
+fn aligned_within(mem: &dyn Words, p: u64, size: u64) -> Option<u64> {
+    let block = p + 16;
+    let mut align = 32u64;
+    while align < size {
+        let mut at = block.next_multiple_of(align) - 16;
+        if at - p < MINSIZE {
+            at += align;
+        }
+        let lead = at - p;
+        if lead < size {
+            let mut w = [0usize; 2];
+            if mem.read_words(at as usize, &mut w) == 2
+                && w[0] as u64 == lead
+                && w[1] as u64 == (size - lead) | IS_MMAPPED
+            {
+                return Some(lead);
+            }
+        }
+        align *= 2;
+    }
+    None
 }
