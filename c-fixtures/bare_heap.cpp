@@ -3,20 +3,24 @@
  * reader must tell apart, and leaks of known classes.
  *
  * Kept (still reachable from globals): 100 polymorphic objects of three classes in `kept`, 3
- * mmapped blocks, and per thread 20 blocks of 24 bytes.
+ * mmapped blocks and one more aligned to 1 MiB (memalign moves its chunk inside its mapping),
+ * per thread 20 blocks of 24 bytes, and one block of a fifth thread.
  * Leaked: a list of 50 nodes (1 definitely lost, 49 indirectly), 30 `Beta` objects whose
  * pointers are dropped (30 definitely), an array holding 20 `Gamma` objects (1 definitely, 20
- * indirectly), one mmapped block (1 definitely), and per thread (3 threads) 10 blocks of 40
- * bytes (30 definitely). In all: 63 definitely lost, 69 indirectly lost.
+ * indirectly), one mmapped block and one aligned to 64 KiB (2 definitely), and per thread (3
+ * threads) 10 blocks of 40 bytes (30 definitely). In all: 64 definitely lost, 69 indirectly lost.
  * Free but looking used to a chunk walk: 7 chunks of 48 bytes in the main thread's tcache, 3 of
  * 64 bytes in a fast bin (the tcache of that size full first), and per thread 5 of 24 bytes in
  * its tcache; free in the regular bins: a small-bin chunk, a large-bin chunk and an unsorted
  * one, each between blocks kept so nothing merges.
+ * Arenas are capped at 4 (mallopt), so the fifth thread shares one: its tcache, whose lists stay
+ * empty, is somewhere in that arena's heap rather than its first chunk.
  *
  * Argument: `abort` ends with abort() once the threads wait (a core from the kernel), `wait`
  * prints "ready" and sleeps until killed (a live process, or a core from gcore), `exit` returns
  * from main with the threads waiting (for valgrind's leak check).
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +50,11 @@ struct Node {
 
 Shape *kept[100];
 void *kept_mapped[3];
+void *kept_aligned;
+void *late_kept;
 void *kept_guard[16];
 void *thread_kept[3][20];
-static pthread_barrier_t ready;
+static pthread_barrier_t armed, ready;
 static pthread_mutex_t never = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 
@@ -79,6 +85,7 @@ __attribute__((noinline)) static void leak_objects()
         arr[i] = new Gamma;
     touch(arr);
     touch(malloc(300000));
+    touch(aligned_alloc(1 << 16, 150000));
 }
 
 __attribute__((noinline)) static void fill_free_lists()
@@ -135,6 +142,8 @@ static void *worker(void *arg)
     long t = (long)arg;
     for (int i = 0; i < 20; i++)
         thread_kept[t][i] = malloc(24);
+    // Each worker has its arena before the fifth thread starts.
+    pthread_barrier_wait(&armed);
     void *f[5];
     for (int i = 0; i < 5; i++)
         f[i] = malloc(24);
@@ -150,9 +159,22 @@ static void *worker(void *arg)
     return nullptr;
 }
 
+// The fifth thread: past the cap on arenas, it shares one; it frees nothing.
+static void *late(void *)
+{
+    late_kept = malloc(24);
+    scrub_stack();
+    pthread_barrier_wait(&ready);
+    pthread_mutex_lock(&never);
+    for (;;)
+        pthread_cond_wait(&wake, &never);
+    return nullptr;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "abort";
+    mallopt(M_ARENA_MAX, 4);
     for (int i = 0; i < 100; i++) {
         switch (i % 3) {
         case 0: kept[i] = new Alpha; break;
@@ -162,12 +184,16 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < 3; i++)
         kept_mapped[i] = malloc(200000 + 4096 * i);
+    kept_aligned = aligned_alloc(1 << 20, 200000);
     leak_list(50);
     leak_objects();
-    pthread_barrier_init(&ready, nullptr, 4);
-    pthread_t th[3];
+    pthread_barrier_init(&armed, nullptr, 4);
+    pthread_barrier_init(&ready, nullptr, 5);
+    pthread_t th[4];
     for (long t = 0; t < 3; t++)
         pthread_create(&th[t], nullptr, worker, (void *)t);
+    pthread_barrier_wait(&armed);
+    pthread_create(&th[3], nullptr, late, nullptr);
     pthread_barrier_wait(&ready);
     // After the threads' start (pthread_create allocates) and with no allocation after it
     // (write, not stdio, whose buffer would be one), so the free lists stay as made.

@@ -76,15 +76,16 @@ pub fn limited<T>(rows: &[T], limit: Option<u64>) -> &[T] {
 }
 
 /// The `... N more stacks not shown` line, or None.
-pub fn rest_line(groups: &[StackGroup], shown: usize) -> Option<String> {
+pub fn rest_line(groups: &[StackGroup], shown: usize, bare: bool) -> Option<String> {
     let rest = &groups[shown..];
     if rest.is_empty() {
         return None;
     }
+    let word = crate::model::bare::group_word(bare);
     Some(format!(
-        "... {} more {} ({} bytes in {}) not shown; --limit 0 shows all",
+        "... {} more {word}{} ({} bytes in {}) not shown; --limit 0 shows all",
         rest.len(),
-        if rest.len() == 1 { "stack" } else { "stacks" },
+        if rest.len() == 1 { "" } else { "s" },
         rest.iter().map(|g| g.bytes).sum::<u64>(),
         plural(rest.iter().map(|g| g.blocks).sum(), "block")
     ))
@@ -120,10 +121,48 @@ pub struct BlockJson {
     /// The block's address as a number, for the text.
     #[serde(skip)]
     pub start: u64,
+    /// Read through glibc's heap: no thread or stack, its group (type and size) instead.
+    #[serde(skip)]
+    pub bare: bool,
+}
+
+impl BlockJson {
+    /// Where the text says what allocated the block: its stack, or its group.
+    pub fn alloc_at(&self) -> &'static str {
+        if self.bare {
+            "in the group"
+        } else {
+            "allocated at"
+        }
+    }
+
+    /// The line before the block's stack (or group).
+    pub fn alloc_line(&self) -> String {
+        if self.bare {
+            "in the group (who allocated it is not known: the program ran without libdmem):".into()
+        } else {
+            format!("allocated by thread {} at:", self.tid)
+        }
+    }
+
+    /// What the text calls the bytes in front of the block: libdmem's header or glibc's chunk.
+    pub fn header_word(&self) -> &'static str {
+        if self.bare {
+            "chunk"
+        } else {
+            "header"
+        }
+    }
 }
 
 pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
-    let stack = ins.heap.stacks[b.stack as usize].to_vec();
+    let bare = ins.is_bare();
+    let stack = if bare {
+        stack_json(ins, b.stack)
+    } else {
+        let pcs = ins.heap.stacks[b.stack as usize].to_vec();
+        ins.namer.json(&pcs)
+    };
     BlockJson {
         addr: hex(b.addr),
         header: hex(b.addr - ins.heap.header_size),
@@ -131,8 +170,9 @@ pub fn block_json(ins: &mut Inspect, b: &Block) -> BlockJson {
         tid: b.tid,
         list: b.list,
         align: (b.align_log2 > 0).then(|| 1u64 << b.align_log2),
-        stack: ins.namer.json(&stack),
+        stack,
         start: b.addr,
+        bare,
     }
 }
 

@@ -158,8 +158,8 @@ fn new_stacks(new: &Snapshot) -> HashMap<Key, Stack> {
     sums
 }
 
-fn frames_order(s: &Stack) -> Vec<u64> {
-    s.frames.iter().map(|f| f.pc).collect()
+fn frames_order(s: &Stack) -> Vec<(u64, Option<&str>)> {
+    s.frames.iter().map(|f| (f.pc, f.function())).collect()
 }
 
 impl Diff {

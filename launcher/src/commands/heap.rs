@@ -26,6 +26,9 @@ pub struct Summary {
     /// The groups left out by --limit: the line saying so.
     #[serde(skip)]
     rest: Option<String>,
+    /// Read through glibc's heap: groups by type and size, not stacks.
+    #[serde(skip)]
+    bare: bool,
 }
 
 /// One stack of `summary`.
@@ -43,9 +46,10 @@ impl Answer for Summary {
 
     fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();
+        let group = crate::model::bare::group_word(self.bare);
         for r in &self.stacks {
             out.push(format!(
-                "stack {}: {} bytes in {} (e.g. {})",
+                "{group} {}: {} bytes in {} (e.g. {})",
                 r.rank,
                 r.bytes,
                 plural(r.blocks, "block"),
@@ -58,7 +62,7 @@ impl Answer for Summary {
             "total: {} bytes in {} from {}",
             self.total.bytes,
             plural(self.total.blocks, "block"),
-            plural(self.total.stacks as u64, "stack")
+            plural(self.total.stacks as u64, group)
         ));
         out
     }
@@ -85,7 +89,8 @@ pub fn summary(args: cli::ListArgs) -> Result<String> {
         total: StacksTotal::of(&groups),
         stacks,
         problems: problems_json(&ins.heap.problems()),
-        rest: rest_line(&groups, shown.len()),
+        rest: rest_line(&groups, shown.len(), ins.is_bare()),
+        bare: ins.is_bare(),
     };
     Ok(render(&answer, f.json, || ins.warnings()))
 }
@@ -269,11 +274,16 @@ impl Answer for Whatis {
                     )
                 } else {
                     format!(
-                        "{}: {} bytes into the {}-byte block {} (header {})",
-                        w.addr, f.offset, b.size, b.addr, b.header
+                        "{}: {} bytes into the {}-byte block {} ({} {})",
+                        w.addr,
+                        f.offset,
+                        b.size,
+                        b.addr,
+                        b.header_word(),
+                        b.header
                     )
                 };
-                let mut out = vec![head, format!("allocated by thread {} at:", b.tid)];
+                let mut out = vec![head, b.alloc_line()];
                 out.extend(answer::stack_lines(&b.stack, "    "));
                 let at = (f.offset + b.start as i64) as u64;
                 out.extend(freed_lines(&w.freed, at, "before that it was "));
@@ -520,6 +530,9 @@ fn explained(p: &Problem, ins: &Inspect, busy: &[InFlightJson]) -> bool {
 pub struct Verify {
     ok: bool,
     lists: u64,
+    /// Read through glibc's heap: its arenas, said in place of lists.
+    #[serde(skip)]
+    arenas: Option<usize>,
     blocks: u64,
     bytes: u64,
     problems: Vec<ProblemJson>,
@@ -550,7 +563,11 @@ impl Answer for Verify {
             })
             .collect();
         out.extend(self.problem_lines.iter().cloned());
-        let (lists, blocks) = (plural(self.lists, "list"), plural(self.blocks, "block"));
+        let lists = match self.arenas {
+            Some(n) => format!("glibc's heap ({})", plural(n as u64, "arena")),
+            None => plural(self.lists, "list"),
+        };
+        let blocks = plural(self.blocks, "block");
         out.push(if self.ok {
             format!(
                 "dmem verify: {lists}, {blocks}, {} bytes: no problems found",
@@ -577,6 +594,7 @@ pub fn verify(args: cli::PlainArgs) -> Result<(String, bool)> {
     let answer = Verify {
         ok: problems.is_empty(),
         lists: ins.heap.lists.len() as u64,
+        arenas: ins.census.as_ref().map(|c| c.arenas),
         blocks,
         bytes,
         problems: problems_json(&problems),

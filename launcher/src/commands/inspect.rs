@@ -31,6 +31,8 @@ pub struct Inspect {
     pub heuristics: u8,
     /// Where the image was read through glibc's heap: what that walk found, for a note.
     pub bare: Option<String>,
+    /// And what it counted.
+    pub census: Option<crate::source::glibc::Census>,
 }
 
 /// Whether a command needs the image to hold still (every thread's registers and a consistent
@@ -53,7 +55,18 @@ impl Inspect {
         need: Need,
     ) -> Result<Inspect> {
         let target = Target::parse(words)?;
-        let mut image = Image::open(&target)?;
+        let image = Image::open(&target)?;
+        Inspect::of_image(image, registers, heuristics, need)
+    }
+
+    /// An image opened already, made ready to answer: a running process stopped for a copy where
+    /// `need` (or glibc's heap) asks for one, its heap walked.
+    pub fn of_image(
+        mut image: Image,
+        registers: Option<&Path>,
+        heuristics: Option<u8>,
+        need: Need,
+    ) -> Result<Inspect> {
         let mut pause = None;
         if let Some(file) = registers {
             if image.pid.is_none() {
@@ -88,12 +101,13 @@ impl Inspect {
             image.mem = Box::new(mem);
             image.still = true;
         }
-        let (walk, bare) = match &image.glibc {
+        let (walk, bare, census) = match &image.glibc {
             Some(g) => {
-                let (walk, census) = crate::source::glibc::walk(&*image.mem, &image.maps, g);
-                (walk, Some(census.line(g)))
+                let tps = image.thread_pointers();
+                let (walk, census) = crate::source::glibc::walk(&*image.mem, &image.maps, g, &tps);
+                (walk, Some(census.line(g)), Some(census))
             }
-            None => (image.walk()?, None),
+            None => (image.walk()?, None, None),
         };
         let mut heap = Heap::new(walk, image.layout.header_size);
         if image.glibc.is_some() {
@@ -107,7 +121,13 @@ impl Inspect {
             pause,
             heuristics: heuristics.unwrap_or(Heuristic::DEFAULT),
             bare,
+            census,
         })
+    }
+
+    /// Whether the image was read through glibc's heap: its blocks have no stacks.
+    pub fn is_bare(&self) -> bool {
+        self.image.glibc.is_some()
     }
 
     /// Refuses, in one line, a command that needs allocation stacks on an image that has none.
@@ -115,8 +135,9 @@ impl Inspect {
         match &self.image.glibc {
             Some(g) => Err(failed(format!(
                 "{} ran without libdmem, so it has no allocation stacks ({what} needs them; read \
-                 through {}'s heap, 'dmem leaks', 'summary', 'types', 'whatis', 'why', 'words' and \
-                 'verify' answer without): run it with LD_PRELOAD=libdmem.so (or 'dmem run') to record them",
+                 through {}'s heap, 'dmem leaks', 'summary', 'types', 'whatis', 'why', 'words', \
+                 'verify', 'snapshot' and 'diff' answer without): run it with LD_PRELOAD=libdmem.so \
+                 (or 'dmem run') to record them",
                 self.image.name,
                 g.version_text()
             ))),

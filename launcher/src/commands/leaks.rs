@@ -231,6 +231,9 @@ pub struct Leaks {
     /// The process, for the XML's preamble and arguments.
     #[serde(skip)]
     process: Process,
+    /// Read through glibc's heap: groups by type and size, not stacks.
+    #[serde(skip)]
+    bare: bool,
 }
 
 /// One stack of `leaks`.
@@ -322,12 +325,14 @@ impl Answer for Leaks {
                 .map(|(c, n)| format!("{} {}", n.blocks, c.name()))
                 .collect();
             out.push(format!(
-                "stack {}: {} bytes in {} ({}), e.g. {}, allocated at:",
+                "{} {}: {} bytes in {} ({}), e.g. {}{}:",
+                crate::model::bare::group_word(self.bare),
                 r.rank,
                 r.bytes,
                 plural(r.blocks, "block"),
                 parts.join(", "),
-                r.example
+                r.example,
+                if self.bare { "" } else { ", allocated at" }
             ));
             out.extend(answer::stack_lines(&r.stack, "    "));
             for (_, g) in &r.suppressions {
@@ -488,8 +493,9 @@ impl Leaks {
             warnings: gate.warnings(),
             problems: problems_json(&scan.ins.heap.problems()),
             gating: !args.suppressions.is_empty(),
-            rest: rest_line(&groups, listed.len()),
+            rest: rest_line(&groups, listed.len(), scan.ins.is_bare()),
             process: Process::of(&scan.ins),
+            bare: scan.ins.is_bare(),
         })
     }
 }
@@ -753,6 +759,9 @@ pub struct Types {
     /// How many vtable symbols the loaded objects have.
     #[serde(skip)]
     nvtables: usize,
+    /// Read through glibc's heap: groups by type and size, not stacks.
+    #[serde(skip)]
+    bare: bool,
 }
 
 #[derive(Serialize)]
@@ -810,9 +819,10 @@ impl Answer for Types {
         for t in &self.types {
             let first = &t.stacks[0];
             out.push(format!(
-                "{}: {}, most from ({}, {} bytes, e.g. {}):",
+                "{}: {}, most {} ({}, {} bytes, e.g. {}):",
                 t.name,
                 plural(t.blocks, "block"),
+                if self.bare { "in the group" } else { "from" },
                 plural(first.blocks, "block"),
                 first.bytes,
                 first.example
@@ -821,7 +831,7 @@ impl Answer for Types {
             if t.nstacks > 1 {
                 out.push(format!(
                     "    ... and {} more",
-                    plural(t.nstacks as u64 - 1, "stack")
+                    plural(t.nstacks as u64 - 1, crate::model::bare::group_word(self.bare))
                 ));
             }
         }
@@ -884,6 +894,7 @@ pub fn types(args: cli::TypesArgs) -> Result<String> {
         types,
         problems: problems_json(&pool.ins().heap.problems()),
         nvtables,
+        bare: pool.ins().is_bare(),
     };
     Ok(render(&answer, f.json, || pool.warnings()))
 }
@@ -1147,7 +1158,7 @@ impl Answer for Why {
                 if c.of == Class::DefinitelyLost {
                     // Its chain is the block alone.
                     let b = &c.chain[0].block;
-                    out.push(format!("  {}, allocated at:", block_line(b)));
+                    out.push(format!("  {}, {}:", block_line(b), b.alloc_at()));
                     out.extend(answer::stack_lines(&b.stack, "       "));
                 } else {
                     out.extend(c.chain_lines());
@@ -1158,9 +1169,13 @@ impl Answer for Why {
     }
 }
 
-/// `0x... (N bytes, thread T)`.
+/// `0x... (N bytes, thread T)`; without the thread where none is known.
 fn block_line(b: &BlockJson) -> String {
-    format!("{} ({} bytes, thread {})", b.addr, b.size, b.tid)
+    if b.bare {
+        format!("{} ({} bytes)", b.addr, b.size)
+    } else {
+        format!("{} ({} bytes, thread {})", b.addr, b.size, b.tid)
+    }
 }
 
 impl Chain {
@@ -1207,10 +1222,15 @@ impl Chain {
             }
             let line = block_line(&link.block);
             if last == Some(link.stack) {
-                out.push(format!("  -> {line}{via}, allocated at the same stack"));
+                let same = if link.block.bare {
+                    "in the same group"
+                } else {
+                    "allocated at the same stack"
+                };
+                out.push(format!("  -> {line}{via}, {same}"));
                 continue;
             }
-            out.push(format!("  -> {line}{via}, allocated at:"));
+            out.push(format!("  -> {line}{via}, {}:", link.block.alloc_at()));
             out.extend(answer::stack_lines(&link.block.stack, "       "));
             last = Some(link.stack);
         }

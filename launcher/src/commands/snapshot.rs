@@ -3,6 +3,7 @@
 //! snapshots: an image now, or a file written earlier.
 
 use crate::cli::{show, SnapshotFormat as Format};
+use crate::commands::inspect::{Inspect, Need};
 use crate::model::snapshot::{self, Snapshot};
 use crate::model::text::thousands;
 use crate::source::elf::{self, Kind};
@@ -52,17 +53,23 @@ impl Source {
     pub fn take(&self) -> Result<Snapshot> {
         match self {
             Source::Image(t) => {
-                let image = Image::open(t)?;
-                if let Some(g) = &image.glibc {
-                    return Err(failed(format!(
-                        "{} ran without libdmem, so it has no allocation stacks for a profile (read \
-                         through {}'s heap, 'dmem leaks', 'summary' and 'types' answer without): run \
-                         it with LD_PRELOAD=libdmem.so (or 'dmem run') to record them",
-                        image.name,
-                        g.version_text()
-                    )));
-                }
                 let started = Instant::now();
+                let image = Image::open(t)?;
+                if image.glibc.is_some() {
+                    // No stacks: the blocks by C++ type and size, each group a one-frame stack
+                    // named for it, so that a diff of two moments names the type that grew.
+                    let when = image.when;
+                    let mut ins = Inspect::of_image(image, None, None, Need::Snapshot)?;
+                    let read_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+                    let warnings = ins.warnings();
+                    return Ok(snapshot::from_groups(
+                        &ins.heap,
+                        ins.image.name.clone(),
+                        when,
+                        read_ms,
+                        warnings,
+                    ));
+                }
                 let walk = image.walk()?;
                 let read_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
                 // Read after the walk, so that a stack's frees (its allocations less its live

@@ -1,13 +1,24 @@
 //! Groups for a heap without stacks (a program that ran without libdmem, read through glibc's
 //! heap): where every command groups blocks by the stack that allocated them, such a heap's
 //! blocks are grouped by C++ type (the vtable their first word points into) and size, each
-//! group standing in for a stack with a line that says what it is.
+//! group standing in for a stack with a line that says what it is. The answers say "group"
+//! where they would say "stack" (`GROUP`), and the note on glibc's heap says why once.
 
 use crate::model::heap::Heap;
 use crate::model::names::Names;
 use crate::model::roots::Loaded;
 use crate::source::memory::{AddrHash, Memory};
 use std::collections::HashMap;
+
+/// What the answers call a group of blocks: the stack that allocated them, or, without
+/// libdmem's stacks, their type and size.
+pub fn group_word(bare: bool) -> &'static str {
+    if bare {
+        "group"
+    } else {
+        "stack"
+    }
+}
 
 /// Gives every block of `heap` the group of its type and size, and the heap one label per
 /// group in place of a stack.
@@ -32,7 +43,7 @@ pub fn group_by_type_and_size(heap: &mut Heap, mem: &dyn Memory, objects: &[Load
                 }
                 None => format!("blocks of {} usable bytes", b.size),
             };
-            labels.push(format!("{what} (no stack: the program ran without libdmem)"));
+            labels.push(what);
             labels.len() as u32 - 1
         });
         b.stack = id;

@@ -20,6 +20,11 @@ pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u
     // long as most blocks, which it then hands over in one run.
     let mut run = [0usize; 128];
     mem.pieces(start, end, &mut |at, bytes| {
+        // A core's bytes, mapped and aligned, are the words themselves: no copy.
+        if let Ok(words) = bytemuck::try_cast_slice::<u8, usize>(bytes) {
+            emit(at, words);
+            return;
+        }
         // Pieces come whole from an aligned start, in multiples of 8 but for the last.
         for (k, chunk) in bytes.chunks(8 * run.len()).enumerate() {
             let n = chunk.len() / 8;

@@ -127,10 +127,8 @@ impl Snapshot {
     pub fn sort(&mut self) {
         self.stacks.sort_by(|a, b| {
             (b.bytes, b.blocks).cmp(&(a.bytes, a.blocks)).then_with(|| {
-                a.frames
-                    .first()
-                    .map(|f| f.pc)
-                    .cmp(&b.frames.first().map(|f| f.pc))
+                let first = |s: &Stack| s.frames.first().map(|f| (f.pc, f.function().map(str::to_owned)));
+                first(a).cmp(&first(b))
             })
         });
     }
@@ -147,6 +145,9 @@ impl Snapshot {
                     o.path.clone(),
                     f.pc.wrapping_sub(o.start).wrapping_add(o.file_offset),
                 ),
+                // A frame with no object is its address, or, where it has none (a group of a
+                // heap read without stacks: by type and size), its name.
+                None if f.pc == 0 => (f.function().unwrap_or_default().to_owned(), 0),
                 None => (String::new(), f.pc),
             })
             .collect()
@@ -205,6 +206,51 @@ pub fn from_walk(
         let mut namer = Namer::new(sym);
         snap.warnings = crate::model::heap::warnings(&problems, &walk.blocks, &walk.stacks, &mut namer);
     }
+    snap.sort();
+    snap
+}
+
+/// The snapshot of a heap read without libdmem's stacks (through glibc's heap): its groups by
+/// C++ type and size (`model::bare`), each a stack of one frame named for the group, with no
+/// address and no thread; `warnings` are what the reading said (the note on glibc's heap
+/// among them).
+pub fn from_groups(
+    heap: &crate::model::heap::Heap,
+    source: String,
+    when: SystemTime,
+    read_ms: f64,
+    warnings: Vec<String>,
+) -> Snapshot {
+    let groups = crate::model::heap::group(&heap.blocks, &heap.stacks);
+    let stacks = groups
+        .iter()
+        .filter(|g| g.blocks > 0)
+        .map(|g| Stack {
+            bytes: g.bytes as i64,
+            blocks: g.blocks as i64,
+            tids: Vec::new(),
+            frames: vec![Frame {
+                pc: 0,
+                object: None,
+                lines: vec![Line {
+                    function: heap.labels.get(g.stack as usize).cloned().unwrap_or_default(),
+                    file: String::new(),
+                    line: 0,
+                }],
+            }],
+            allocated: None,
+        })
+        .collect();
+    let mut snap = Snapshot {
+        time_nanos: nanos_since_epoch(when),
+        source,
+        objects: Vec::new(),
+        stacks,
+        read_ms,
+        inconsistent_lists: 0,
+        warnings,
+        unattributed: Allocated::default(),
+    };
     snap.sort();
     snap
 }

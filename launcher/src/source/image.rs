@@ -142,11 +142,16 @@ impl Image {
         }
     }
 
+    /// Every known thread's thread pointer (`fs_base`), where glibc keeps its per-thread data.
+    pub fn thread_pointers(&self) -> Vec<u64> {
+        self.threads.iter().map(|t| t.fs_base()).collect()
+    }
+
     /// Walks the lists: strictly where the memory holds still, else as `dmem top` reads a
     /// running process.
     pub fn walk(&self) -> Result<Walk> {
         if let Some(g) = &self.glibc {
-            return Ok(glibc::walk(&*self.mem, &self.maps, g).0);
+            return Ok(glibc::walk(&*self.mem, &self.maps, g, &self.thread_pointers()).0);
         }
         let opts = if self.still {
             WalkOptions::still()

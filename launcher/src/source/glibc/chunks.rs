@@ -34,96 +34,102 @@ pub struct Stop {
     pub why: String,
 }
 
-/// Size words read through a window of the heap: one read of the image per 64 KiB instead of one
-/// per chunk.
-struct Window<'a> {
-    mem: &'a dyn Memory,
-    start: u64,
-    buf: Vec<u8>,
+/// One heap's walk, fed the heap's bytes piece by piece (`Memory::pieces`: a core's own bytes,
+/// uncopied): the chunk whose header comes next, and the one before it, whose PREV_INUSE bit
+/// that header holds.
+struct HeapWalk<'a> {
+    out: &'a mut Vec<Chunk>,
+    stops: &'a mut Vec<Stop>,
+    p: u64,
+    prev: Option<usize>,
+    top: u64,
+    end: u64,
+    arena: usize,
+    done: bool,
 }
 
-impl Window<'_> {
-    const LEN: u64 = 64 * 1024;
+impl HeapWalk<'_> {
+    fn stop(&mut self, why: String) {
+        self.stops.push(Stop { at: self.p, why });
+        self.done = true;
+    }
 
-    fn word(&mut self, at: u64) -> Option<u64> {
-        let off = at
-            .checked_sub(self.start)
-            .filter(|&o| o + 8 <= self.buf.len() as u64);
-        let off = match off {
-            Some(o) => o,
-            None => {
-                self.start = at;
-                self.buf.resize(Self::LEN as usize, 0);
-                if self.mem.read(at, &mut self.buf).is_err() {
-                    // Near the end of what can be read: this word alone.
-                    self.buf.truncate(8);
-                    if self.mem.read(at, &mut self.buf).is_err() {
-                        self.buf.clear();
-                        return None;
-                    }
-                }
-                0
+    /// Walks the chunks whose size words lie in `bytes`, the memory at `at`; a size word in a
+    /// stretch the pieces skipped (unreadable) ends the walk there.
+    fn piece(&mut self, at: u64, bytes: &[u8]) {
+        let piece_end = at + bytes.len() as u64;
+        while !self.done {
+            let p = self.p;
+            if p >= self.end && p != self.top {
+                self.done = true;
+                return;
             }
-        } as usize;
-        Some(u64::from_le_bytes(self.buf[off..off + 8].try_into().ok()?))
+            let a = p + 8;
+            if a < at {
+                self.stop("its header cannot be read".into());
+                return;
+            }
+            if a + 8 > piece_end {
+                return;
+            }
+            let o = (a - at) as usize;
+            let word = u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
+            // The top chunk's PREV_INUSE bit says whether the last chunk is in use.
+            if p == self.top {
+                if let Some(i) = self.prev {
+                    self.out[i].in_use = word & PREV_INUSE != 0;
+                }
+                self.done = true;
+                return;
+            }
+            let size = word & !7;
+            // The fence posts at the end of a heap that is not the arena's last: a chunk of 16
+            // bytes, then one of none.
+            if size == 16 || size == 0 {
+                self.done = true;
+                return;
+            }
+            if size < MINSIZE || !size.is_multiple_of(16) || p + size > self.end.max(self.top + 16) {
+                self.stop(format!(
+                    "its size word {word:#x} is no chunk size that fits the heap"
+                ));
+                return;
+            }
+            // This chunk's PREV_INUSE bit says whether the one before is in use.
+            if let Some(i) = self.prev {
+                self.out[i].in_use = word & PREV_INUSE != 0;
+            }
+            self.prev = Some(self.out.len());
+            self.out.push(Chunk {
+                at: p,
+                size,
+                in_use: true,
+                mmapped: false,
+                arena: self.arena,
+            });
+            self.p = p + size;
+        }
     }
 }
 
 /// Every chunk of every heap of `arenas`, in each heap's order, and where a walk stopped short.
 pub fn walk(mem: &dyn Memory, arenas: &Arenas, out: &mut Vec<Chunk>) -> Vec<Stop> {
     let mut stops = Vec::new();
-    let mut win = Window {
-        mem,
-        start: 0,
-        buf: Vec::new(),
-    };
     for h in &arenas.heaps {
-        let top = arenas.tops[h.arena];
-        let mut p = h.first;
-        let mut prev: Option<usize> = None;
-        while p < h.end {
-            if p == top {
-                break;
-            }
-            let Some(word) = win.word(p + 8) else {
-                stops.push(Stop {
-                    at: p,
-                    why: "its header cannot be read".into(),
-                });
-                break;
-            };
-            let size = word & !7;
-            // The fence posts at the end of a heap that is not the arena's last: a chunk of 16
-            // bytes, then one of none.
-            if size == 16 || size == 0 {
-                break;
-            }
-            if size < MINSIZE || !size.is_multiple_of(16) || p + size > h.end.max(top + 16) {
-                stops.push(Stop {
-                    at: p,
-                    why: format!("its size word {word:#x} is no chunk size that fits the heap"),
-                });
-                break;
-            }
-            // This chunk's PREV_INUSE bit says whether the one before is in use.
-            if let Some(i) = prev {
-                out[i].in_use = word & PREV_INUSE != 0;
-            }
-            prev = Some(out.len());
-            out.push(Chunk {
-                at: p,
-                size,
-                in_use: true,
-                mmapped: false,
-                arena: h.arena,
-            });
-            p += size;
-        }
-        // The last chunk before the top chunk: the top's PREV_INUSE says.
-        if let (Some(i), true) = (prev, p == top) {
-            if let Some(w) = win.word(top + 8) {
-                out[i].in_use = w & PREV_INUSE != 0;
-            }
+        let mut w = HeapWalk {
+            out: &mut *out,
+            stops: &mut stops,
+            p: h.first,
+            prev: None,
+            top: arenas.tops[h.arena],
+            end: h.end,
+            arena: h.arena,
+            done: false,
+        };
+        // Every header of the heap, the top chunk's too, lies in [first, end).
+        mem.pieces(h.first, h.end, &mut |at, bytes| w.piece(at, bytes));
+        if !w.done && w.p < h.end && w.p != w.top {
+            w.stop("its header cannot be read".into());
         }
     }
     stops
@@ -131,7 +137,8 @@ pub fn walk(mem: &dyn Memory, arenas: &Arenas, out: &mut Vec<Chunk>) -> Vec<Stop
 
 /// The chunks glibc mapped on their own: at the start of a page of anonymous writable memory
 /// outside every heap, a `prev_size` of 0 and a size word with only IS_MMAPPED set, a whole
-/// number of pages that fits the mapping; the next one may follow right after it.
+/// number of pages that fits the mapping; the next one may follow right after it. A chunk that
+/// memalign (aligned_alloc, posix_memalign) carved out of a mapping starts further in.
 pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut Vec<Chunk>) {
     let n = arenas.list.len();
     for r in maps::ranges(regions) {
@@ -157,9 +164,11 @@ pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut 
                 && size.is_multiple_of(PAGE)
                 && p + size <= end;
             if chunk {
+                // memalign's mapped chunk starts inside its mapping (see `aligned_within`).
+                let lead = aligned_within(mem, p, size).unwrap_or(0);
                 out.push(Chunk {
-                    at: p,
-                    size,
+                    at: p + lead,
+                    size: size - lead,
                     in_use: true,
                     mmapped: true,
                     arena: n,
@@ -170,4 +179,33 @@ pub fn mmapped(mem: &dyn Words, regions: &[Mapping], arenas: &Arenas, out: &mut 
             }
         }
     }
+}
+
+/// Where, `lead` bytes into the mapped chunk of `size` bytes at `p`, memalign put the chunk it
+/// returned, if it moved it. glibc's `_int_memalign` maps `size` for the request plus the
+/// alignment, and when the block it got is not aligned moves the chunk up to the first aligned
+/// place at least MINSIZE bytes in, writing there `prev_size = lead` (how `free` finds the
+/// mapping's start) and `size - lead` with IS_MMAPPED; the mapping's first header stays as it
+/// was. The alignment is a power of two from 32 up, so the places to look are one per power.
+fn aligned_within(mem: &dyn Words, p: u64, size: u64) -> Option<u64> {
+    let block = p + 16;
+    let mut align = 32u64;
+    while align < size {
+        let mut at = block.next_multiple_of(align) - 16;
+        if at - p < MINSIZE {
+            at += align;
+        }
+        let lead = at - p;
+        if lead < size {
+            let mut w = [0usize; 2];
+            if mem.read_words(at as usize, &mut w) == 2
+                && w[0] as u64 == lead
+                && w[1] as u64 == (size - lead) | IS_MMAPPED
+            {
+                return Some(lead);
+            }
+        }
+        align *= 2;
+    }
+    None
 }

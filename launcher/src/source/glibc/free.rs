@@ -105,6 +105,58 @@ pub fn tcache_at(
     false
 }
 
+/// How far below a thread pointer glibc's `tcache` variable is looked for: the static TLS of the
+/// program and of the libraries loaded with it sits right below it, a few KiB at most.
+const TLS_SPAN: u64 = 16 * 1024;
+
+/// The tcaches the threads' `tcache` variables point to, beyond those in `known`. The variable
+/// is at the same offset from every thread's pointer (glibc's static TLS); that offset is
+/// learnt where a thread's TLS holds the address of a tcache found by its lists (or as its
+/// heap's first chunk), then read in every thread: each word there that is the user address of
+/// an in-use chunk of a tcache's size names that thread's tcache, empty or not. With no tcache
+/// known the offset is not guessed and nothing is returned.
+pub fn tcaches_of_threads(
+    mem: &dyn Words,
+    tps: &[u64],
+    known: &HashSet<u64>,
+    sizes: &dyn Fn(u64) -> Option<u64>,
+) -> Vec<u64> {
+    // Read backwards from the thread pointer in pieces, as far as memory goes.
+    const PIECE: usize = 64;
+    let mut slot = None;
+    'learn: for &tp in tps.iter().filter(|&&tp| tp >= TLS_SPAN) {
+        let mut buf = [0usize; PIECE];
+        let mut below = 0u64;
+        while below < TLS_SPAN {
+            let from = tp - below - 8 * PIECE as u64;
+            if mem.read_words(from as usize, &mut buf) < PIECE {
+                break;
+            }
+            for (i, &w) in buf.iter().enumerate().rev() {
+                if w >= 16 && known.contains(&(w as u64 - 16)) {
+                    slot = Some(below + 8 * (PIECE - i) as u64);
+                    break 'learn;
+                }
+            }
+            below += 8 * PIECE as u64;
+        }
+    }
+    let Some(below) = slot else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for &tp in tps {
+        let Some(w) = tp.checked_sub(below).and_then(|a| mem.word(a as usize)) else {
+            continue;
+        };
+        let at = (w as u64).wrapping_sub(16);
+        if w != 0 && !known.contains(&at) && !out.contains(&at) && sizes(at) == Some(TCACHE_CHUNK) {
+            out.push(at);
+        }
+    }
+    out
+}
+
 /// The chunks on the fast bins of the arena at `state`, each checked to be of its bin's size;
 /// a list that leads anywhere else ends there, with a line saying so.
 pub fn fastbins(

@@ -182,7 +182,8 @@ impl Census {
     pub fn line(&self, g: &Glibc) -> String {
         format!(
             "read without libdmem through {}'s heap: {} and {}, {} ({} mapped alone), of \
-             which {} free ({} bytes; {} in tcaches, {} in fast bins) and {} {}",
+             which {} free ({} bytes; {} in tcaches, {} in fast bins) and {} {}; no allocation \
+             stacks without libdmem, so blocks are grouped by C++ type and size",
             g.version_text(),
             plural(self.arenas as u64, "arena"),
             plural(self.heaps as u64, "heap"),
@@ -203,8 +204,9 @@ impl Census {
 }
 
 /// Every chunk in use in `g`'s heaps, as blocks (on no stack: `stacks` holds one empty stack,
-/// thread 0), with what ended a heap's walk early as problems.
-pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc) -> (Walk, Census) {
+/// thread 0), with what ended a heap's walk early as problems. `tps` are the threads' thread
+/// pointers (`fs_base`), through which each thread's tcache is found wherever it is.
+pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk, Census) {
     let words = ImageWords(mem);
     let mut regions = mem.regions();
     if regions.is_empty() {
@@ -234,6 +236,22 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc) -> (Walk, Census) {
             )
         {
             tcaches.insert(c.at);
+        }
+    }
+    // A tcache whose lists are all empty and that is not its heap's first chunk (a thread that
+    // shares an arena made its tcache wherever the arena had room) is told from a program's
+    // block of zeros by the thread's `tcache` variable pointing to it.
+    for at in free::tcaches_of_threads(&words, tps, &tcaches, &sizes) {
+        if free::tcache_at(
+            &words,
+            &sizes,
+            at,
+            free::TCACHE_CHUNK,
+            rules,
+            true,
+            &mut in_tcache,
+        ) {
+            tcaches.insert(at);
         }
     }
     let mut fast: HashSet<u64, AddrHash> = HashSet::default();
