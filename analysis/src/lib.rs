@@ -4,8 +4,9 @@
 //! A crate of its own, so that neither side links the other: the library stays free of the
 //! launcher's dependencies and the launcher never carries the library's malloc exports. Both
 //! name it `analysis` (`use dmem_analysis as analysis;` at their roots). Code here uses only
-//! `core` and `alloc`/`std` collections and two crates both sides link anyway: `aho-corasick`
-//! for suppression patterns and `cpp_demangle` for valgrind's names of inlined functions; and it
+//! `core` and `alloc`/`std` collections and crates both sides link anyway: `aho-corasick` for
+//! suppression patterns, `cpp_demangle` for valgrind's names of inlined functions, `addr2line`
+//! and `object` for naming frames (`symbolize`, the library's `backtrace` builds them); and it
 //! never allocates where its comments say it runs while the process's other threads are stopped.
 #![forbid(unsafe_code)]
 
@@ -20,5 +21,6 @@ pub mod maps;
 pub mod reach;
 pub mod roots;
 pub mod suppressions;
+pub mod symbolize;
 pub mod vgxml;
 pub mod words;

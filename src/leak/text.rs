@@ -255,9 +255,15 @@ fn write_records(out: &mut Out, groups: &[(Key, Group)], syms: &mut Symbols, gen
             class.name(),
             g.example
         );
-        for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
-            let _ = write!(out, "    #{i} {pc:#x} ");
-            diag::describe_frame(out, &syms.of(pc)[0]);
+        // Every frame of each return address, the inlined ones first, each on a line of its
+        // own with the address, as valgrind numbers them.
+        let named = frames
+            .iter()
+            .take_while(|&&pc| pc != 0)
+            .flat_map(|&pc| syms.of(pc).to_vec());
+        for (i, f) in named.enumerate() {
+            let _ = write!(out, "    #{i} {:#x} ", f.pc);
+            diag::describe_frame(out, &f);
             let _ = writeln!(out);
         }
         if gen {
