@@ -19,6 +19,7 @@ pub mod fit;
 pub mod frame;
 pub mod maps;
 pub mod reach;
+pub mod records;
 pub mod roots;
 pub mod suppressions;
 pub mod symbolize;
