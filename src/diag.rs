@@ -83,13 +83,12 @@ fn describe_stack(out: &mut Out, frames: &[usize; NFRAMES]) {
 
 /// Describes a return address the one way libdmem prints frames, in the bad-free line and in
 /// the exit report alike (`analysis::frame::Frame::text`: `function+0xOFF (file:line) in
-/// object`, as the launcher writes frames), from its innermost frame as
-/// `frames.rs` symbolises it (names demangled, files and lines from the symbol tables and debug
-/// info through the `backtrace` crate), else the loader's dynamic symbol, else the raw address;
-/// the object is the file mapped there. It allocates (on libdmem's own heap),
-/// so it runs only at exit or on the way to an abort, with the reentrancy guard held and never
-/// from inside the loader. Once `name_without_the_loader` has run it takes no lock of the
-/// loader's (the exit report's case); before, it asks `dladdr`.
+/// object`, as the launcher writes frames), from its innermost frame as `frames.rs` names it
+/// (through `analysis::symbolize`, as the launcher names frames from a core), else the raw
+/// address; the object is the file mapped there. It allocates (on libdmem's own heap), so it
+/// runs only at exit or on the way to an abort, with the reentrancy guard held and never from
+/// inside the loader. Once `name_without_the_loader` has run it takes no lock of the loader's
+/// (the exit report's case); before, it lists the loaded objects with `dl_iterate_phdr`.
 pub fn describe_pc(out: &mut Out, pc: usize) {
     let frames = crate::frames::frames(pc, &mut Default::default());
     describe_frame(out, &frames[0]);

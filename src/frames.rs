@@ -1,41 +1,38 @@
-//! Return addresses of this process as the shared frame record (`analysis::frame`): names, files
-//! and lines from the symbol tables and debug info through the `backtrace` crate, inlined functions
-//! expanded, the object from the loader; and the allocation function a stack's first frame called
-//! (`analysis::allocfn`); for suppressions, a stack's return addresses named one at a time as
-//! matching reads them (`Lazy`), since the first name in an object reads that object's debug info
-//! whole. It allocates (on libdmem's own heap), so it runs only at exit or on the way to an abort,
-//! with the reentrancy guard held and never from inside the loader; it asks `dladdr`, which takes
-//! the loader's lock, only until the exit report has taken the table of loaded objects
-//! (`name_without_the_loader`).
+//! Return addresses of this process as the shared frame record (`analysis::frame`), named the
+//! one way both sides name them (`analysis::symbolize`): from each loaded object's file, the
+//! object found in the loader's table of loaded objects; and the allocation function a stack's
+//! first frame called (`analysis::allocfn`); for suppressions, a stack's return addresses named
+//! one at a time as matching reads them (`Lazy`), since the first name in an object reads that
+//! object's debug info whole. It allocates (on libdmem's own heap), so it runs only at exit or on
+//! the way to an abort, with the reentrancy guard held and never from inside the loader; it asks
+//! the loader (`dl_iterate_phdr`, which takes the loader's lock) only until the exit report has
+//! taken the table of loaded objects (`name_without_the_loader`).
 
 #[cfg(not(test))]
 use crate::analysis::allocfn::{Alloc, Callees};
-use crate::analysis::frame::{inlined_symbol, Frame};
+use crate::analysis::frame::Frame;
 #[cfg(not(test))]
 use crate::analysis::suppressions::{Frames, Head, Recorded};
+use crate::analysis::symbolize::{build_id, in_debug_tree, Debug};
 use core::sync::atomic::{AtomicPtr, Ordering};
+use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 
 /// A loaded object as the loader lists it: its path (empty for the program), the address its
-/// ELF header is mapped at, and the address ranges of its segments.
+/// ELF header is mapped at, its load bias, and the address ranges of its segments.
 struct Object {
     path: Vec<u8>,
     header: usize,
+    bias: usize,
     ranges: Vec<(usize, usize)>,
 }
 
 /// The loaded objects, taken by `name_without_the_loader`; null until then.
 static OBJECTS: AtomicPtr<Vec<Object>> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Takes what naming frames needs from the loader, while its lock can be taken: the exit report
-/// names frames after it has stopped every other thread for good, and one of them may hold that
-/// lock, which `dladdr` and `dl_iterate_phdr` take. The loaded objects' paths and segments are
-/// kept, and the `backtrace` crate lists them too now (once per process).
-pub fn name_without_the_loader() {
-    if !OBJECTS.load(Ordering::Acquire).is_null() {
-        return;
-    }
+/// The loaded objects now, from the loader (`dl_iterate_phdr`, which takes its lock).
+fn list_objects() -> Vec<Object> {
     let mut objects: Vec<Object> = Vec::new();
     crate::unwind::each_object(&mut |path, bias, phdrs| {
         let loads = phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
@@ -51,82 +48,88 @@ pub fn name_without_the_loader() {
         objects.push(Object {
             path: path.to_vec(),
             header,
+            bias,
             ranges,
         });
         false
     });
-    OBJECTS.store(Box::into_raw(Box::new(objects)), Ordering::Release);
-    // An address in no object: the crate lists the objects once, and finds nothing to parse.
-    backtrace::resolve(core::ptr::null_mut(), |_| {});
+    objects
 }
 
-/// The path (as the loader knows it; empty for the program) and the ELF header's address of the
-/// object that holds `at`, from the table `name_without_the_loader` took: None before it ran,
-/// Some(None) when no object holds `at`.
-pub fn object_at(at: usize) -> Option<Option<(&'static [u8], usize)>> {
+/// Takes what naming frames needs from the loader, while its lock can be taken: the exit report
+/// names frames after it has stopped every other thread for good, and one of them may hold that
+/// lock, which `dl_iterate_phdr` takes. The loaded objects' paths and segments are kept (once per
+/// process).
+pub fn name_without_the_loader() {
+    if !OBJECTS.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    OBJECTS.store(Box::into_raw(Box::new(list_objects())), Ordering::Release);
+}
+
+/// The loaded object that holds `at` as (path as the loader knows it, empty for the program;
+/// its ELF header's address; its load bias), from the table `name_without_the_loader` took:
+/// None before it ran, Some(None) when no object holds `at`.
+pub fn object_at(at: usize) -> Option<Option<(&'static [u8], usize, usize)>> {
     let objects = OBJECTS.load(Ordering::Acquire);
     if objects.is_null() {
         return None;
     }
     // SAFETY: the table is leaked, never freed, once published.
     let objects: &'static [Object] = unsafe { &*objects };
-    let o = objects
-        .iter()
-        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e));
-    Some(o.map(|o| (&o.path[..], o.header)))
+    Some(find(objects, at).map(|o| (&o.path[..], o.header, o.bias)))
 }
 
-/// What the loader says of an address: its object's path and load address, and the nearest
-/// dynamic symbol below it with that symbol's address.
+fn find(objects: &[Object], at: usize) -> Option<&Object> {
+    objects
+        .iter()
+        .find(|o| o.ranges.iter().any(|&(s, e)| s <= at && at < e))
+}
+
+/// Where an address's object is: its path (as the kernel names it) and where it was loaded.
 struct Loaded {
     path: Option<Rc<Path>>,
+    /// The ELF header's address, which also keys the caches below.
     base: u64,
-    symbol: Option<(String, u64)>,
+    bias: u64,
 }
 
-/// Each loaded object's path by its load address, as the kernel's list of mappings (and
-/// valgrind) name it, not as the loader does: it knows libraries by the path it found them at
-/// (`/lib/x86_64-linux-gnu/libc.so.6`, through a symbolic link) and itself by the program's
-/// interpreter (`/lib64/ld-linux-x86-64.so.2`).
-pub type Objects = std::collections::HashMap<u64, Option<Rc<Path>>>;
+/// What naming has found of each loaded object, by the address of its ELF header: its path as
+/// the kernel's list of mappings (and valgrind) name it, not as the loader does (it knows
+/// libraries by the path it found them at, `/lib/x86_64-linux-gnu/libc.so.6` through a symbolic
+/// link, and itself by the program's interpreter, `/lib64/ld-linux-x86-64.so.2`); and its files
+/// opened for naming.
+#[derive(Default)]
+pub struct Objects {
+    paths: HashMap<u64, Option<Rc<Path>>>,
+    debug: HashMap<u64, Option<Rc<Debug>>>,
+}
 
 fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
-    let (named, base, symbol) = match object_at(at) {
+    let (named, base, bias) = match object_at(at) {
         // Once the exit report took the table of loaded objects, the loader is not asked: a
         // thread it stopped may hold the loader's lock.
         Some(None) => return None,
-        Some(Some((path, header))) => {
-            let named = (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned());
-            (named, header as u64, None)
-        }
+        Some(Some((path, header, bias))) => (
+            (!path.is_empty()).then(|| String::from_utf8_lossy(path).into_owned()),
+            header,
+            bias,
+        ),
         None => {
-            let mut info = libc::Dl_info {
-                dli_fname: core::ptr::null(),
-                dli_fbase: core::ptr::null_mut(),
-                dli_sname: core::ptr::null(),
-                dli_saddr: core::ptr::null_mut(),
-            };
-            // SAFETY: dladdr only writes the Dl_info we pass; its strings point into the
-            // loader's tables, which stay valid while the object is loaded.
-            if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0 {
-                return None;
-            }
-            let text = |p: *const libc::c_char| -> Option<String> {
-                if p.is_null() {
-                    return None;
-                }
-                // SAFETY: a NUL-terminated string from the loader (see above).
-                let s = unsafe { core::ffi::CStr::from_ptr(p) };
-                Some(s.to_string_lossy().into_owned())
-            };
-            let symbol = text(info.dli_sname).map(|s| (s, info.dli_saddr as u64));
-            (text(info.dli_fname), info.dli_fbase as u64, symbol)
+            let now = list_objects();
+            let o = find(&now, at)?;
+            (
+                (!o.path.is_empty()).then(|| String::from_utf8_lossy(&o.path).into_owned()),
+                o.header,
+                o.bias,
+            )
         }
     };
     // The loader names the program by how it was started (or not at all): its path is what
     // the kernel says it runs.
     let path = objects
-        .entry(base)
+        .paths
+        .entry(base as u64)
         .or_insert_with(|| {
             canonical(at).or_else(|| match named {
                 Some(p) if p.starts_with('/') => Some(Rc::from(Path::new(&p))),
@@ -136,7 +139,11 @@ fn loaded(at: usize, objects: &mut Objects) -> Option<Loaded> {
             })
         })
         .clone();
-    Some(Loaded { path, base, symbol })
+    Some(Loaded {
+        path,
+        base: base as u64,
+        bias: bias as u64,
+    })
 }
 
 /// The path of the file mapped at `at`, as the kernel names it: a link in `map_files` read with
@@ -152,42 +159,28 @@ fn canonical(at: usize) -> Option<Rc<Path>> {
 }
 
 /// The frames of return address `pc`: the inlined functions innermost first, then the function
-/// they were inlined into.
+/// they were inlined into, named from the object's file as the launcher names them from a core
+/// (`analysis::symbolize`), its detached debug file found by build id in this machine's debug
+/// tree when it has no DWARF of its own.
 pub fn frames(pc: usize, objects: &mut Objects) -> Vec<Frame> {
     // A return address points after the call; the call itself is one byte earlier.
     let at = pc.wrapping_sub(1);
-    let obj = loaded(at, objects);
-    let object = obj.as_ref().and_then(|o| o.path.clone());
-    let mut out: Vec<Frame> = Vec::new();
-    backtrace::resolve(at as *mut libc::c_void, |sym| {
-        let mut f = Frame::bare(pc as u64, object.clone());
-        if let Some(name) = sym.name() {
-            f.function = Some(format!("{name:#}"));
-            f.symbol = Some(String::from_utf8_lossy(name.as_bytes()).into_owned());
-        }
-        f.file = sym.filename().map(|p| p.to_string_lossy().into_owned());
-        f.line = sym.lineno();
-        f.inlined = true;
-        out.push(f);
-    });
-    out.retain(|f| f.function.is_some());
-    let n = out.len();
-    for f in out.iter_mut().take(n.saturating_sub(1)) {
-        f.symbol = f.symbol.as_deref().map(inlined_symbol);
+    let Some(obj) = loaded(at, objects) else {
+        return vec![Frame::bare(pc as u64, None)];
+    };
+    let debug = objects
+        .debug
+        .entry(obj.base)
+        .or_insert_with(|| {
+            let file = obj.path.as_deref()?;
+            let detached = || in_debug_tree(Path::new("/"), &build_id(file)?);
+            Debug::open(Some(file), detached).map(Rc::new)
+        })
+        .clone();
+    match debug {
+        Some(d) => d.frames(pc as u64, (at as u64).wrapping_sub(obj.bias), obj.path),
+        None => vec![Frame::bare(pc as u64, obj.path)],
     }
-    match out.last_mut() {
-        Some(last) => last.inlined = false,
-        None => {
-            let mut f = Frame::bare(pc as u64, object);
-            if let Some((name, addr)) = obj.and_then(|o| o.symbol) {
-                f.offset = Some(pc as u64 - addr);
-                f.function = Some(name.clone());
-                f.symbol = Some(name);
-            }
-            out.push(f);
-        }
-    }
-    out
 }
 
 /// Reads this process's memory without faulting on what is not mapped.
@@ -219,9 +212,15 @@ pub fn alloc_of(callees: &mut Callees, objects: &mut Objects, first: usize) -> (
     }
 }
 
-/// libdmem's own path, where its allocation functions are.
-pub fn own_object(objects: &mut Objects) -> Option<Rc<Path>> {
-    loaded(own_object as *const () as usize, objects).and_then(|o| o.path)
+/// The path of the object that holds the function at `ip` (an allocation function read from the
+/// code), as the launcher finds it in a core's mappings: by address, whoever's it is (libdmem's,
+/// or libstdc++'s operator new that calls malloc); None when the call was not read.
+#[cfg(not(test))]
+fn object_of_function(ip: u64, objects: &mut Objects) -> Option<Rc<Path>> {
+    if ip == 0 {
+        return None;
+    }
+    loaded(ip as usize, objects).and_then(|o| o.path)
 }
 
 /// Each return address symbolised once, and each stack's allocation function read once, for
@@ -231,8 +230,6 @@ pub struct Symbols {
     pcs: std::collections::HashMap<usize, Rc<[Frame]>>,
     objects: Objects,
     callees: Callees,
-    /// libdmem's path, where the allocation functions are, once asked for.
-    own: Option<Option<Rc<Path>>>,
 }
 
 #[cfg(not(test))]
@@ -240,9 +237,8 @@ impl Symbols {
     pub fn new() -> Symbols {
         Symbols {
             pcs: Default::default(),
-            objects: Objects::new(),
+            objects: Objects::default(),
             callees: Callees::default(),
-            own: None,
         }
     }
 
@@ -292,10 +288,7 @@ impl Symbols {
             Some(&first) => alloc_of(&mut self.callees, &mut self.objects, first),
             None => (Alloc::of(None), 0),
         };
-        let alloc_object = self
-            .own
-            .get_or_insert_with(|| own_object(&mut self.objects))
-            .clone();
+        let alloc_object = object_of_function(alloc_ip, &mut self.objects);
         let head = Unnamed {
             alloc,
             alloc_ip,

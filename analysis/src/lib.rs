@@ -5,8 +5,9 @@
 //! launcher's dependencies and the launcher never carries the library's malloc exports. Both
 //! name it `analysis` (`use dmem_analysis as analysis;` at their roots). Code here uses only
 //! `core` and `alloc`/`std` collections and crates both sides link anyway: `aho-corasick` for
-//! suppression patterns, `cpp_demangle` for valgrind's names of inlined functions and `object`
-//! (which the `backtrace` crate and the launcher read ELF with) for functions' names; and it
+//! suppression patterns, `cpp_demangle` for valgrind's names of inlined functions, `addr2line`
+//! and `object` for naming frames (`symbolize`, the library's `backtrace` builds them) and for
+//! every name a function has (`aliases`); and it
 //! never allocates where its comments say it runs while the process's other threads are stopped.
 #![forbid(unsafe_code)]
 
@@ -20,7 +21,9 @@ pub mod fit;
 pub mod frame;
 pub mod maps;
 pub mod reach;
+pub mod records;
 pub mod roots;
 pub mod suppressions;
+pub mod symbolize;
 pub mod vgxml;
 pub mod words;

@@ -6,6 +6,7 @@ use super::live::{Breaks, Live};
 use super::roots::ThreadNotes;
 use super::suppress;
 use crate::analysis::reach::{Class, Heuristic};
+use crate::analysis::records;
 use crate::analysis::suppressions::{Generated, Hit, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::diag;
@@ -69,14 +70,7 @@ pub(super) fn write_report(
         .map(|(_, t)| t.0)
         .sum();
     if opts.report_xml {
-        // memcheck counts indirectly lost bytes in the record of the definitely lost block
-        // that holds them.
-        let mut indirect: HashMap<[usize; NFRAMES], usize> = HashMap::new();
-        for (b, h) in live.iter().zip(&marks.head) {
-            if let Some(h) = *h {
-                *indirect.entry(live[h].frames).or_default() += b.size;
-            }
-        }
+        let indirect = records::indirect_by(&marks.head, |i| live[i].size as u64, |h| live[h].frames);
         write_xml(
             &groups,
             &indirect,
@@ -160,45 +154,29 @@ fn suppress(
     suppressed
 }
 
-/// The summary line, in valgrind's words; with suppressions, what they took.
+/// The summary line, in valgrind's words (`analysis::records`, as `dmem leaks` writes its
+/// total); with suppressions, what they took.
 fn write_summary(out: &mut Out, totals: &Totals, suppressed: Option<(usize, usize)>) {
-    let _ = write!(out, "dmem: leak summary:");
-    for (i, c) in Class::ALL.iter().enumerate() {
-        let (n, bytes) = totals.get(c).copied().unwrap_or_default();
-        let _ = write!(
-            out,
-            "{} {}: {bytes} bytes in {}",
-            if i > 0 { ";" } else { "" },
-            c.name(),
-            blocks(n)
-        );
-    }
-    if let Some((n, bytes)) = suppressed {
-        let _ = write!(out, "; suppressed: {bytes} bytes in {}", blocks(n));
-    }
-    let _ = writeln!(out);
+    let by: records::ByClass = Class::ALL.map(|c| {
+        let (n, bytes) = totals.get(&c).copied().unwrap_or_default();
+        (n as u64, bytes as u64)
+    });
+    let suppressed = suppressed.map(|(n, bytes)| (n as u64, bytes as u64));
+    let _ = writeln!(out, "dmem: leak summary: {}", records::summary(&by, suppressed));
 }
 
 /// How much of what is still reachable each heuristic kept, when any did.
 fn write_heuristics(out: &mut Out, live: &[Live], heuristic: &[Option<Heuristic>]) {
-    let mut via = [(0usize, 0usize); 4];
+    let mut via = [(0u64, 0u64); 4];
     for (b, h) in live.iter().zip(heuristic) {
         if let Some(h) = h {
             via[*h as usize].0 += 1;
-            via[*h as usize].1 += b.size;
+            via[*h as usize].1 += b.size as u64;
         }
     }
-    if via.iter().all(|v| v.0 == 0) {
-        return;
+    if let Some(line) = records::via_heuristics(&via) {
+        let _ = writeln!(out, "dmem: of which still reachable via heuristic: {line}");
     }
-    let _ = write!(out, "dmem: of which still reachable via heuristic:");
-    let mut first = true;
-    for (h, &(n, bytes)) in Heuristic::ALL.iter().zip(&via).filter(|(_, v)| v.0 > 0) {
-        let sep = if first { "" } else { ";" };
-        first = false;
-        let _ = write!(out, "{sep} {}: {bytes} bytes in {}", h.name(), blocks(n));
-    }
-    let _ = writeln!(out);
 }
 
 /// What the mark could not do: threads not stopped, broken lists, glibc's arena not found.
@@ -261,9 +239,15 @@ fn write_records(out: &mut Out, groups: &[(Key, Group)], syms: &mut Symbols, gen
             class.name(),
             g.example
         );
-        for (i, &pc) in frames.iter().take_while(|&&pc| pc != 0).enumerate() {
-            let _ = write!(out, "    #{i} {pc:#x} ");
-            diag::describe_frame(out, &syms.of(pc)[0]);
+        // Every frame of each return address, the inlined ones first, each on a line of its
+        // own with the address, as valgrind numbers them.
+        let named = frames
+            .iter()
+            .take_while(|&&pc| pc != 0)
+            .flat_map(|&pc| syms.of(pc).to_vec());
+        for (i, f) in named.enumerate() {
+            let _ = write!(out, "    #{i} {:#x} ", f.pc);
+            diag::describe_frame(out, &f);
             let _ = writeln!(out);
         }
         if gen {
@@ -287,7 +271,7 @@ fn write_used(out: &mut Out, sup: &Suppressions) {
 /// and the suppressions' counts.
 fn write_xml(
     groups: &[(Key, Group)],
-    indirect: &HashMap<[usize; NFRAMES], usize>,
+    indirect: &HashMap<[usize; NFRAMES], u64>,
     syms: &mut Symbols,
     loaded: Option<&suppress::Loaded>,
     gen: bool,
@@ -309,7 +293,7 @@ fn write_xml(
             bytes: g.bytes as u64,
             blocks: g.blocks as u64,
             indirect: match class {
-                Class::DefinitelyLost => indirect.get(frames).copied().unwrap_or(0) as u64,
+                Class::DefinitelyLost => indirect.get(frames).copied().unwrap_or(0),
                 _ => 0,
             },
             stack,

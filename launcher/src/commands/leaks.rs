@@ -4,6 +4,7 @@
 
 use crate::analysis::allocfn::{Alloc, Callees};
 use crate::analysis::reach::{Class, Heuristic};
+use crate::analysis::records;
 use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
@@ -341,16 +342,14 @@ impl Answer for Leaks {
         }
         out.extend(self.rest.clone());
         out.push(self.total_line());
-        if !self.reachable_via_heuristic.is_empty() {
-            let parts: Vec<String> = self
-                .reachable_via_heuristic
-                .iter()
-                .map(|(h, n)| format!("{}: {} bytes in {}", h.name(), n.bytes, plural(n.blocks, "block")))
-                .collect();
-            out.push(format!(
-                "of which still reachable via heuristic: {}",
-                parts.join("; ")
-            ));
+        let mut via = [(0, 0); 4];
+        for (h, n) in &self.reachable_via_heuristic {
+            if let Some(k) = Heuristic::ALL.iter().position(|x| x == h) {
+                via[k] = (n.blocks, n.bytes);
+            }
+        }
+        if let Some(line) = records::via_heuristics(&via) {
+            out.push(format!("of which still reachable via heuristic: {line}"));
         }
         // valgrind -v's list of the suppressions used, when every class is listed.
         if self.show.len() == Class::ALL.len() {
@@ -361,22 +360,17 @@ impl Answer for Leaks {
 }
 
 impl Leaks {
-    /// valgrind's LEAK SUMMARY wording, as the exit report's summary line has it too.
+    /// valgrind's LEAK SUMMARY wording, written where the exit report's summary line is
+    /// (`analysis::records`).
     fn total_line(&self) -> String {
-        let total: Vec<String> = Class::ALL
-            .iter()
-            .map(|&c| (c, self.class(c)))
-            .map(|(c, n)| format!("{}: {} bytes in {}", c.name(), n.bytes, plural(n.blocks, "block")))
-            .collect();
-        let mut total = total.join("; ");
-        if self.gating {
-            total.push_str(&format!(
-                "; suppressed: {} bytes in {}",
-                self.suppressed.bytes,
-                plural(self.suppressed.blocks, "block")
-            ));
-        }
-        format!("total: {total}")
+        let totals: records::ByClass = Class::ALL.map(|c| {
+            let n = self.class(c);
+            (n.blocks, n.bytes)
+        });
+        let suppressed = self
+            .gating
+            .then_some((self.suppressed.blocks, self.suppressed.bytes));
+        format!("total: {}", records::summary(&totals, suppressed))
     }
 }
 
@@ -580,14 +574,8 @@ fn suppress(scan: &mut Scan, gate: &mut Gate, every: &mut Vec<usize>) -> Count {
 /// memcheck counts indirectly lost bytes in the record of the definitely lost block that holds
 /// them: the bytes by that block's stack.
 fn indirect_by_stack(scan: &Scan) -> HashMap<u32, u64> {
-    let mut indirect: HashMap<u32, u64> = HashMap::new();
-    for (i, h) in scan.c.head.iter().enumerate() {
-        if let Some(h) = *h {
-            let stack = scan.ins.heap.blocks[h].stack;
-            *indirect.entry(stack).or_default() += scan.ins.heap.blocks[i].size;
-        }
-    }
-    indirect
+    let blocks = &scan.ins.heap.blocks;
+    records::indirect_by(&scan.c.head, |i| blocks[i].size, |h| blocks[h].stack)
 }
 
 /// The suppressions used, in the order valgrind lists them.

@@ -17,17 +17,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::analysis::frame::inlined_symbol;
 pub use crate::analysis::frame::Frame;
+use crate::analysis::symbolize::Debug;
 
 /// One mapped object, opened for symbolisation.
 pub struct Object {
     pub elf: ElfObject,
     path: Rc<Path>,
-    /// Symbols and, where there is DWARF, lines.
-    own: Option<addr2line::Loader>,
-    /// The detached debug file found by build id, if the object has no DWARF of its own.
-    debug: Option<addr2line::Loader>,
+    /// Symbols and lines, named the one way both sides name frames (`analysis::symbolize`).
+    debug: Debug,
 }
 
 impl Object {
@@ -35,106 +33,31 @@ impl Object {
     /// found), with the debug file found up front (`found`), else looked up by build id when the
     /// object has no DWARF of its own.
     fn open(path: &Path, local: &Local) -> Option<Object> {
-        let own = local.exe.as_deref().and_then(|f| addr2line::Loader::new(f).ok());
-        let has_lines = own
-            .as_ref()
-            .is_some_and(|l| l.get_section_range(b".debug_info").is_some());
         let elf = match local.exe.as_deref() {
-            Some(f) => ElfObject::open_as(path, f).ok()?,
+            Some(f) => ElfObject::open_as(path, f).ok(),
             // No file of its build, but its debug file: laid out by the target's own headers.
-            None => local.headers.clone()?,
+            None => local.headers.clone(),
         };
-        let debug = if has_lines {
-            None
-        } else {
-            local
-                .debug
-                .clone()
-                .or_else(|| {
-                    let id = local.build_id.clone().or_else(|| elf.build_id_hex())?;
-                    crate::source::files::debug_file(&id, path)
-                })
-                .and_then(|p| addr2line::Loader::new(p).ok())
-        };
-        if own.is_none() && debug.is_none() {
-            return None;
-        }
+        let debug = Debug::open(local.exe.as_deref(), || {
+            local.debug.clone().or_else(|| {
+                let id = local
+                    .build_id
+                    .clone()
+                    .or_else(|| elf.as_ref().and_then(ElfObject::build_id_hex))?;
+                crate::source::files::debug_file(&id, path)
+            })
+        })?;
         Some(Object {
-            elf,
+            elf: elf?,
             path: Rc::from(path),
-            own,
             debug,
         })
     }
 
     /// The frames at link-time address `probe` (already moved back into the call instruction).
     fn frames(&self, pc: u64, probe: u64) -> Vec<Frame> {
-        let object = Some(self.path.clone());
-        let symbol = self
-            .own
-            .as_ref()
-            .and_then(|l| l.find_symbol_info(probe))
-            .or_else(|| self.debug.as_ref().and_then(|l| l.find_symbol_info(probe)));
-        let mut out = Vec::new();
-        for loader in [self.debug.as_ref(), self.own.as_ref()].into_iter().flatten() {
-            let Ok(mut it) = loader.find_frames(probe) else {
-                continue;
-            };
-            while let Ok(Some(f)) = it.next() {
-                let mut fr = Frame::bare(pc, object.clone());
-                fr.function = f
-                    .function
-                    .as_ref()
-                    .and_then(|n| n.demangle().ok())
-                    .map(|n| n.into_owned());
-                // valgrind names an inlined function by its DWARF name, unqualified; the
-                // outermost frame keeps the raw name until the symbol table's replaces it.
-                fr.symbol = f
-                    .function
-                    .as_ref()
-                    .and_then(|n| n.raw_name().ok())
-                    .map(|raw| raw.into_owned());
-                if let Some(loc) = f.location {
-                    fr.file = loc.file.map(str::to_owned);
-                    fr.line = loc.line;
-                }
-                fr.inlined = true;
-                out.push(fr);
-            }
-            if !out.is_empty() {
-                break;
-            }
-        }
-        let n = out.len();
-        for f in out.iter_mut().take(n.saturating_sub(1)) {
-            f.symbol = f.symbol.as_deref().map(inlined_symbol);
-        }
-        if let Some(last) = out.last_mut() {
-            // Only the outermost frame is a real function with a symbol.
-            last.inlined = false;
-            if let Some(sym) = &symbol {
-                last.offset = Some(probe + 1 - sym.address());
-                if last.function.is_none() {
-                    last.function = Some(demangle(sym.name()));
-                }
-                // A function by its symbol, mangled, as valgrind names it.
-                last.symbol = Some(sym.name().to_owned());
-            }
-        } else {
-            let mut fr = Frame::bare(pc, object);
-            if let Some(sym) = symbol {
-                fr.function = Some(demangle(sym.name()));
-                fr.symbol = Some(sym.name().to_owned());
-                fr.offset = Some(probe + 1 - sym.address());
-            }
-            out.push(fr);
-        }
-        out
+        self.debug.frames(pc, probe, Some(self.path.clone()))
     }
-}
-
-fn demangle(name: &str) -> String {
-    addr2line::demangle_auto(name.into(), None).into_owned()
 }
 
 /// Symbolises the addresses of one process, given its mappings.

@@ -11,6 +11,7 @@
 //! path the core names, the build-id debug tree, and the debuginfod servers of
 //! `DEBUGINFOD_URLS`. A file nothing matches is shown as `file+offset`, with one warning.
 
+use crate::analysis::symbolize::in_debug_tree;
 use crate::cli::show;
 use crate::source::coredump::CoreDump;
 use crate::source::debuginfod::{self, Kind};
@@ -34,16 +35,6 @@ fn sysroot() -> Option<&'static Path> {
 /// `path` under `root`, as gdb's `set sysroot` reads it.
 fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
-}
-
-/// The detached debug file of build `id` in the build-id debug tree under `root`
-/// (`usr/lib/debug/.build-id/xx/rest.debug`, where Debian's -dbg and -dbgsym packages put them).
-fn in_debug_tree(root: &Path, id: &str) -> Option<PathBuf> {
-    if id.len() <= 2 {
-        return None;
-    }
-    let p = root.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-    p.is_file().then_some(p)
 }
 
 /// A debug file for build `id`: from the sysroot's debug tree, this machine's, or a debuginfod
