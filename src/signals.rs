@@ -85,8 +85,41 @@ fn is_fault(sig: c_int, info: *const libc::siginfo_t) -> bool {
         .contains(&sig)
 }
 
+/// Names a fault raised inside malloc or free: the address, the entry point and the header it
+/// worked on. A header (the block's own, or a neighbour's on its list) whose page the program
+/// made unreadable or unmapped faults there, and would otherwise end the process with no word.
+fn name_fault_inside(sig: c_int, info: *const libc::siginfo_t) {
+    let Some(f) = crate::thread::current().in_flight() else {
+        return;
+    };
+    let name = match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "SIGTRAP",
+    };
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; for these signals
+    // si_addr is the faulting address.
+    let at = unsafe { (*info).si_addr() } as *const u8;
+    crate::sink::stderr()
+        .str("dmem: ")
+        .str(name)
+        .str(" at ")
+        .ptr(at)
+        .str(" inside ")
+        .str(f.entry())
+        .str(", working on the header at ")
+        .ptr(f.header as *const u8)
+        .str(": the program made that header or its neighbour on the list unreadable (mprotect, munmap) or overwrote a link\n")
+        .flush();
+}
+
 extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let fault = is_fault(sig, info);
+    if fault {
+        name_fault_inside(sig, info);
+    }
     if finish::in_shared_memory_child() {
         finish::die(sig, fault);
         return;

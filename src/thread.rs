@@ -112,6 +112,14 @@ impl Current {
         unsafe { self.inflight().read_volatile() }
     }
 
+    /// The whole record of the operation in flight, if one is: for a fatal signal's handler on
+    /// this thread, which interrupted it.
+    pub fn in_flight(self) -> Option<crate::analysis::carried::InFlight> {
+        // SAFETY: as in `begin`.
+        let hdr = unsafe { self.inflight().add(1).read_volatile() };
+        crate::analysis::carried::InFlight::from_words([self.op(), hdr])
+    }
+
     /// The operation in flight moves on to another header (a realloc to its new block).
     #[inline(always)]
     pub fn step(self, hdr: *mut u8) {

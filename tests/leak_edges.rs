@@ -160,3 +160,34 @@ fn a_stack_in_the_heap_is_a_block() {
     let exit = at_exit(name, &[], "leak_edges_coroutine");
     assert_same(&format!("{name} at exit"), exit, want, &[]);
 }
+
+/// A header whose page the program made inaccessible: free faults reading it, as glibc's free
+/// faults bare reading its own chunk header there. The run ends by the same signal as bare, and
+/// with the exit report's handler in place the fault is named in one line: where it was, inside
+/// which entry point, and the header it worked on.
+#[test]
+fn a_header_the_program_made_unreadable_is_named_when_free_faults_on_it() {
+    let prog = fixture("header_protnone");
+    let mut plain_cmd = bare(&prog, &[]);
+    let plain = run_limited(run::no_cores(&mut plain_cmd), LIMIT);
+    let mut cmd = with_dmem(&prog, &[], "leak-report", None);
+    let out = run_limited(run::no_cores(&mut cmd), LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status_text(&out.status), status_text(&plain.status), "{err}");
+    let block = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("block 0x")
+                .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no block line:\n{err}"));
+    let header = format!("{:#x}", block - 112);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("dmem: SIGSEGV at 0x"))
+        .unwrap_or_else(|| panic!("the fault is not named:\n{err}"));
+    assert!(
+        line.contains(&format!("inside free, working on the header at {header}")),
+        "{line}"
+    );
+}
