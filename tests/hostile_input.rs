@@ -29,17 +29,6 @@ fn run(prog: &Path, opts: &str) -> Output {
     output(&mut preloaded(prog, opts, None))
 }
 
-/// The numbers after the first `what: ` of a report: (bytes, blocks).
-fn counted(report: &str, what: &str) -> (u64, u64) {
-    let key = format!("{what}: ");
-    let rest = report
-        .lines()
-        .find_map(|l| l.split_once(&key).map(|x| x.1))
-        .unwrap_or_else(|| panic!("no '{what}' in:\n{report}"));
-    let n = valgrind::numbers(rest);
-    (n[0], n[1])
-}
-
 /// The bytes a terminal acts on that the fixture's names hold: ESC and BEL.
 fn raw_controls(b: &[u8]) -> Vec<u8> {
     b.iter().copied().filter(|&c| c == 0x1b || c == 0x07).collect()
@@ -82,7 +71,7 @@ fn files_that_are_no_regular_file_or_too_large_are_refused_and_the_program_runs_
         assert_eq!(err.lines().filter(|l| *l == line).count(), 1, "{line}\n{err}");
     }
     assert_eq!(
-        counted(&err, "suppressed"),
+        valgrind::counted(&err, "suppressed"),
         (200, 1),
         "the good file still applies:\n{err}"
     );
@@ -103,7 +92,7 @@ fn a_one_mebibyte_pattern_costs_the_report_little_and_the_constructor_nothing() 
     let err = text(&out.stderr);
     assert_eq!(text(&out.stdout), "vendor 3\n", "{err}");
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert_eq!(counted(&err, "suppressed"), (200, 1), "{err}");
+    assert_eq!(valgrind::counted(&err, "suppressed"), (200, 1), "{err}");
     // Without the report nothing is read, so not even a missing file is named.
     let out = run(
         &prog,
@@ -139,7 +128,7 @@ fn dots_past_the_recorded_frames_do_not_defeat_leak_exitcode() {
         Some(3),
         "the unrelated entry suppressed the leak:\n{err}"
     );
-    assert_eq!(counted(&err, "definitely lost"), (48, 1), "{err}");
+    assert_eq!(valgrind::counted(&err, "definitely lost"), (48, 1), "{err}");
     // The same file does suppress it when the name is on the recorded stack: the gate works.
     let related = write(
         &dir,
@@ -160,7 +149,7 @@ fn dots_past_the_recorded_frames_do_not_defeat_leak_exitcode() {
                 .arg(&prog),
         );
         let log = text(&vg.stderr);
-        assert_eq!(counted(&log, "definitely lost"), (48, 1), "{log}");
+        assert_eq!(valgrind::counted(&log, "definitely lost"), (48, 1), "{log}");
     }
 }
 

@@ -29,18 +29,6 @@ fn report(prog: &Path, opts: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text(&out.stderr))
 }
 
-/// The numbers after the first `what: ` of a report or log: (bytes, blocks), as in
-/// `definitely lost: 357 bytes in 4 blocks`.
-fn counted(report: &str, what: &str) -> (u64, u64) {
-    let key = format!("{what}: ");
-    let rest = report
-        .lines()
-        .find_map(|l| l.split_once(&key).map(|x| x.1))
-        .unwrap_or_else(|| panic!("no '{what}' in:\n{report}"));
-    let n = valgrind::numbers(rest);
-    (n[0], n[1])
-}
-
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
@@ -84,10 +72,14 @@ fn lsan_file_suppresses_by_function_and_by_module() {
     let prog = fixture("leak_supp");
     // The oracle: valgrind sees the same four lost blocks as dmem without suppressions.
     let vg = valgrind(&prog, &[]);
-    assert_eq!(counted(&vg, "definitely lost"), (ALL_LOST.1, ALL_LOST.0), "{vg}");
+    assert_eq!(
+        valgrind::counted(&vg, "definitely lost"),
+        (ALL_LOST.1, ALL_LOST.0),
+        "{vg}"
+    );
     let (_, bare) = report(&prog, "");
     assert_eq!(
-        counted(&bare, "definitely lost"),
+        valgrind::counted(&bare, "definitely lost"),
         (ALL_LOST.1, ALL_LOST.0),
         "{bare}"
     );
@@ -99,11 +91,11 @@ fn lsan_file_suppresses_by_function_and_by_module() {
     );
     let (_, r) = report(&prog, &format!("suppressions={},leak-show=all", supp.display()));
     assert_eq!(
-        counted(&r, "definitely lost"),
+        valgrind::counted(&r, "definitely lost"),
         (200, 1),
         "only make_cache's block is left:\n{r}"
     );
-    assert_eq!(counted(&r, "suppressed"), (157, 3), "{r}");
+    assert_eq!(valgrind::counted(&r, "suppressed"), (157, 3), "{r}");
     assert!(
         !r.contains(" parse_args+") && !r.contains("vendor_load_config"),
         "{r}"
@@ -125,15 +117,19 @@ fn lsan_file_suppresses_by_function_and_by_module() {
     // A pattern anchored to a name no frame has suppresses nothing.
     let miss = write(&dir, "miss.supp", "leak:^make$\n");
     let (_, r) = report(&prog, &format!("suppressions={}", miss.display()));
-    assert_eq!(counted(&r, "definitely lost"), (ALL_LOST.1, ALL_LOST.0), "{r}");
+    assert_eq!(
+        valgrind::counted(&r, "definitely lost"),
+        (ALL_LOST.1, ALL_LOST.0),
+        "{r}"
+    );
     // A pattern every stack from main matches suppresses the lost blocks LSan would report,
     // not the block a global still holds, which LSan never calls a leak; the vendor's block,
     // allocated before main, stays.
     let all = write(&dir, "main.supp", "leak:^main$\n");
     let (_, r) = report(&prog, &format!("suppressions={}", all.display()));
-    assert_eq!(counted(&r, "definitely lost"), (77, 1), "{r}");
-    assert_eq!(counted(&r, "suppressed"), (280, 3), "{r}");
-    assert_eq!(counted(&r, "still reachable"), (64, 1), "{r}");
+    assert_eq!(valgrind::counted(&r, "definitely lost"), (77, 1), "{r}");
+    assert_eq!(valgrind::counted(&r, "suppressed"), (280, 3), "{r}");
+    assert_eq!(valgrind::counted(&r, "still reachable"), (64, 1), "{r}");
 }
 
 #[test]
@@ -151,12 +147,16 @@ fn valgrinds_own_generated_file_suppresses_every_block() {
         assert!(total.1 > 0, "{log}");
         let (_, r) = report(&prog, &format!("suppressions={},leak-show=all", supp.display()));
         for class in valgrind::CLASSES {
-            assert_eq!(counted(&r, class), (0, 0), "{name}: {class} left:\n{r}");
+            assert_eq!(valgrind::counted(&r, class), (0, 0), "{name}: {class} left:\n{r}");
         }
-        assert_eq!(counted(&r, "suppressed"), total, "{name}: all valgrind saw:\n{r}");
+        assert_eq!(
+            valgrind::counted(&r, "suppressed"),
+            total,
+            "{name}: all valgrind saw:\n{r}"
+        );
         // And valgrind suppresses the same with it.
         let again = valgrind(&prog, &[&format!("--suppressions={}", supp.display())]);
-        assert_eq!(counted(&again, "suppressed"), total, "{again}");
+        assert_eq!(valgrind::counted(&again, "suppressed"), total, "{again}");
     }
 }
 
@@ -175,10 +175,10 @@ fn hand_written_block_with_dots_suppresses_one_functions_blocks() {
     );
     let opt = format!("--suppressions={}", supp.display());
     let vg = valgrind(&prog, &[&opt]);
-    assert_eq!(counted(&vg, "suppressed"), (80, 2), "{vg}");
+    assert_eq!(valgrind::counted(&vg, "suppressed"), (80, 2), "{vg}");
     let (_, r) = report(&prog, &format!("suppressions={}", supp.display()));
-    assert_eq!(counted(&r, "suppressed"), (80, 2), "{r}");
-    assert_eq!(counted(&r, "definitely lost"), (277, 2), "{r}");
+    assert_eq!(valgrind::counted(&r, "suppressed"), (80, 2), "{r}");
+    assert_eq!(valgrind::counted(&r, "definitely lost"), (277, 2), "{r}");
     // valgrind matches mangled names: a demangled one matches in neither.
     let tpl = fixture("leak_supp_tpl");
     let names = write(
@@ -187,9 +187,9 @@ fn hand_written_block_with_dots_suppresses_one_functions_blocks() {
         "{\n   demangled\n   Memcheck:Leak\n   ...\n   fun:leak_registry()\n}\n",
     );
     let vg = valgrind(&tpl, &[&format!("--suppressions={}", names.display())]);
-    assert_eq!(counted(&vg, "suppressed"), (0, 0), "{vg}");
+    assert_eq!(valgrind::counted(&vg, "suppressed"), (0, 0), "{vg}");
     let (_, r) = report(&tpl, &format!("suppressions={}", names.display()));
-    assert_eq!(counted(&r, "suppressed"), (0, 0), "{r}");
+    assert_eq!(valgrind::counted(&r, "suppressed"), (0, 0), "{r}");
     let mangled = write(
         &dir,
         "mangled.supp",
@@ -197,8 +197,12 @@ fn hand_written_block_with_dots_suppresses_one_functions_blocks() {
     );
     let vg = valgrind(&tpl, &[&format!("--suppressions={}", mangled.display())]);
     let (_, r) = report(&tpl, &format!("suppressions={}", mangled.display()));
-    assert!(counted(&vg, "suppressed").1 > 0, "{vg}");
-    assert_eq!(counted(&r, "suppressed"), counted(&vg, "suppressed"), "{r}\n{vg}");
+    assert!(valgrind::counted(&vg, "suppressed").1 > 0, "{vg}");
+    assert_eq!(
+        valgrind::counted(&r, "suppressed"),
+        valgrind::counted(&vg, "suppressed"),
+        "{r}\n{vg}"
+    );
 }
 
 #[test]
@@ -217,14 +221,18 @@ fn generated_suppressions_pass_valgrind_and_dmem_and_let_ci_pass() {
         let vg = valgrind(&prog, &[&format!("--suppressions={}", supp.display())]);
         for class in valgrind::CLASSES {
             assert_eq!(
-                counted(&vg, class),
+                valgrind::counted(&vg, class),
                 (0, 0),
                 "valgrind: {name}: {class} left with\n{gen}\n{vg}"
             );
         }
         let (status, r) = report(&prog, &format!("suppressions={},leak-exitcode=9", supp.display()));
         assert_eq!(status, 0, "nothing left to fail on:\n{r}");
-        assert_eq!(counted(&r, "suppressed"), counted(&vg, "suppressed"), "{r}\n{vg}");
+        assert_eq!(
+            valgrind::counted(&r, "suppressed"),
+            valgrind::counted(&vg, "suppressed"),
+            "{r}\n{vg}"
+        );
     }
 }
 
@@ -251,8 +259,8 @@ fn the_launcher_on_a_core_and_gdb_apply_them_too() {
     );
     let t = text(&out.stdout);
     assert!(out.status.success(), "{t}{}", text(&out.stderr));
-    assert_eq!(counted(&t, "definitely lost"), (80, 2), "{t}");
-    assert_eq!(counted(&t, "suppressed"), (277, 2), "{t}");
+    assert_eq!(valgrind::counted(&t, "definitely lost"), (80, 2), "{t}");
+    assert_eq!(valgrind::counted(&t, "suppressed"), (277, 2), "{t}");
     assert!(
         t.contains("   fun:calloc\n   fun:parse_args\n   fun:main\n}"),
         "{t}"
@@ -281,7 +289,12 @@ fn the_launcher_on_a_core_and_gdb_apply_them_too() {
     );
     let s = gdbrun::on_core(&dir, &prog, &core, &[&words]);
     s.assert_no_traceback();
-    assert_eq!(counted(s.out(0), "suppressed"), (277, 2), "{}", s.stdout);
+    assert_eq!(
+        valgrind::counted(s.out(0), "suppressed"),
+        (277, 2),
+        "{}",
+        s.stdout
+    );
 }
 
 #[test]
@@ -297,8 +310,8 @@ fn the_launcher_on_a_running_process() {
     );
     let t = text(&out.stdout);
     assert!(out.status.success(), "{t}{}", text(&out.stderr));
-    assert_eq!(counted(&t, "definitely lost"), (200, 1), "{t}");
-    assert_eq!(counted(&t, "suppressed"), (157, 3), "{t}");
+    assert_eq!(valgrind::counted(&t, "definitely lost"), (200, 1), "{t}");
+    assert_eq!(valgrind::counted(&t, "suppressed"), (157, 3), "{t}");
 }
 
 /// (kind, leaked bytes, leaked blocks) of each error of a valgrind XML file, read by Python's
@@ -434,7 +447,7 @@ fn bad_files_are_named_and_the_program_runs_on() {
         "{err}"
     );
     assert_eq!(
-        counted(&err, "suppressed"),
+        valgrind::counted(&err, "suppressed"),
         (200, 1),
         "the good file still applies:\n{err}"
     );

@@ -87,17 +87,6 @@ fn dmem(case: &Case, opts: &str) -> String {
     text(&output(&mut cmd).stderr)
 }
 
-/// (bytes, blocks) after the first `what: ` of a report or log.
-fn counted(report: &str, what: &str) -> (u64, u64) {
-    let key = format!("{what}: ");
-    let rest = report
-        .lines()
-        .find_map(|l| l.split_once(&key).map(|x| x.1))
-        .unwrap_or_else(|| panic!("no '{what}' in:\n{report}"));
-    let n = valgrind::numbers(rest);
-    (n[0], n[1])
-}
-
 /// What a suppressions file changes: the lost classes and what was suppressed.
 const COUNTED: [&str; 4] = [
     "definitely lost",
@@ -143,12 +132,16 @@ fn valgrinds_generated_suppressions_suppress_the_same_blocks_under_dmem() {
         );
         let supp = write(&dir, &format!("{}.supp", case.name), &blocks);
         let theirs = valgrind(case, &[&format!("--suppressions={}", supp.display())]);
-        assert!(counted(&theirs, "suppressed").1 > 0, "{}: {theirs}", case.name);
+        assert!(
+            valgrind::counted(&theirs, "suppressed").1 > 0,
+            "{}: {theirs}",
+            case.name
+        );
         let ours = dmem(case, &format!("suppressions={},leak-show=all", supp.display()));
         for what in COUNTED {
             assert_eq!(
-                counted(&ours, what),
-                counted(&theirs, what),
+                valgrind::counted(&ours, what),
+                valgrind::counted(&theirs, what),
                 "{}: {what}, dmem against valgrind with valgrind's file\n{blocks}\n{ours}\n{theirs}",
                 case.name
             );
@@ -173,11 +166,15 @@ fn dmems_generated_suppressions_suppress_the_same_blocks_under_valgrind() {
         let supp = write(&dir, &format!("{}.dmem.supp", case.name), &blocks);
         let theirs = valgrind(case, &[&format!("--suppressions={}", supp.display())]);
         let ours = dmem(case, &format!("suppressions={}", supp.display()));
-        assert!(counted(&ours, "suppressed").1 > 0, "{}: {ours}", case.name);
+        assert!(
+            valgrind::counted(&ours, "suppressed").1 > 0,
+            "{}: {ours}",
+            case.name
+        );
         for what in COUNTED {
             assert_eq!(
-                counted(&theirs, what),
-                counted(&ours, what),
+                valgrind::counted(&theirs, what),
+                valgrind::counted(&ours, what),
                 "{}: {what}, valgrind against dmem with dmem's file\n{blocks}\n{theirs}\n{ours}",
                 case.name
             );
@@ -185,7 +182,7 @@ fn dmems_generated_suppressions_suppress_the_same_blocks_under_valgrind() {
         // Every lost block of dmem's report was suppressed, under valgrind as under dmem.
         for what in &COUNTED[..3] {
             assert_eq!(
-                counted(&theirs, what),
+                valgrind::counted(&theirs, what),
                 (0, 0),
                 "{}: {what}\n{blocks}\n{theirs}",
                 case.name

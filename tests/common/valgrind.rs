@@ -82,6 +82,18 @@ pub fn numbers(s: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The numbers after the first `what: ` of a report or log: (bytes, blocks), as in
+/// `definitely lost: 357 bytes in 4 blocks`.
+pub fn counted(report: &str, what: &str) -> (u64, u64) {
+    let key = format!("{what}: ");
+    let rest = report
+        .lines()
+        .find_map(|l| l.split_once(&key).map(|x| x.1))
+        .unwrap_or_else(|| panic!("no '{what}' in:\n{report}"));
+    let n = numbers(rest);
+    (n[0], n[1])
+}
+
 /// The exit report's summary line, `dmem: leak summary: definitely lost: B bytes in N blocks;
 /// ...`, the first line of `report`, as a `Summary`.
 pub fn report_summary(report: &str) -> Summary {
