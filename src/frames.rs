@@ -174,12 +174,90 @@ pub fn frames(pc: usize, objects: &mut Objects) -> Vec<Frame> {
         .or_insert_with(|| {
             let file = obj.path.as_deref()?;
             let detached = || in_debug_tree(Path::new("/"), &build_id(file)?);
-            Debug::open(Some(file), detached).map(Rc::new)
+            on_own_stack(|| Debug::open(Some(file), detached)).map(Rc::new)
         })
         .clone();
     match debug {
         Some(d) => d.frames(pc as u64, (at as u64).wrapping_sub(obj.bias), obj.path),
         None => vec![Frame::bare(pc as u64, obj.path)],
+    }
+}
+
+/// Bytes of the stack `on_own_stack` maps; reserved, not committed, so only what is touched costs
+/// memory.
+const OWN_STACK: usize = 8 << 20;
+
+unsafe extern "C" {
+    fn getcontext(ucp: *mut libc::ucontext_t) -> libc::c_int;
+    fn makecontext(ucp: *mut libc::ucontext_t, func: extern "C" fn(), argc: libc::c_int, ...);
+    fn swapcontext(oucp: *mut libc::ucontext_t, ucp: *const libc::ucontext_t) -> libc::c_int;
+}
+
+/// A call `on_own_stack` makes on the other stack, and what it returned.
+struct Call<F, R> {
+    f: Option<F>,
+    r: Option<R>,
+}
+
+/// The other stack's first frame: runs the call whose address is split in `lo` and `hi`
+/// (makecontext passes int arguments), then returns to the context makecontext linked.
+extern "C" fn run_call<F: FnOnce() -> R, R>(lo: u32, hi: u32) {
+    let call = ((hi as usize) << 32 | lo as usize) as *mut Call<F, R>;
+    // SAFETY: `on_own_stack` passes the address of its `Call`, alive until this returns.
+    let call = unsafe { &mut *call };
+    if let Some(f) = call.f.take() {
+        call.r = Some(f());
+    }
+}
+
+/// Runs `f` on a stack mapped for the call, then unmaps it. Loading an object's DWARF builds a
+/// decompressor's state of some 40 KiB on the stack (Debian's debug files are compressed), and
+/// the report may run on whatever stack the program left from: a coroutine's, a small thread's,
+/// an alternate signal stack. The mapping is gone before the report goes on, so no reader of a
+/// core later scans it. Where the mapping or the switch fails, `f` runs where it is.
+fn on_own_stack<F: FnOnce() -> R, R>(f: F) -> R {
+    // SAFETY: an anonymous private mapping; nothing else refers to it.
+    let stack = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            OWN_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return f();
+    }
+    let mut call: Call<F, R> = Call { f: Some(f), r: None };
+    let at = &raw mut call as usize;
+    // SAFETY: zeroed ucontext_t values are filled by getcontext before use; the new context runs
+    // on the mapping, returns to `back` through uc_link, and `call` outlives the switch.
+    unsafe {
+        let mut back: libc::ucontext_t = core::mem::zeroed();
+        let mut run: libc::ucontext_t = core::mem::zeroed();
+        if getcontext(&mut run) == 0 {
+            run.uc_stack.ss_sp = stack;
+            run.uc_stack.ss_size = OWN_STACK;
+            run.uc_link = &mut back;
+            let entry: extern "C" fn(u32, u32) = run_call::<F, R>;
+            makecontext(
+                &mut run,
+                core::mem::transmute::<extern "C" fn(u32, u32), extern "C" fn()>(entry),
+                2,
+                at as u32,
+                (at >> 32) as u32,
+            );
+            swapcontext(&mut back, &run);
+        }
+        libc::munmap(stack, OWN_STACK);
+    }
+    match (call.r, call.f) {
+        (Some(r), _) => r,
+        // The switch failed before the call ran: run it here.
+        (None, Some(f)) => f(),
+        (None, None) => unreachable!("the call ran and returned nothing"),
     }
 }
 
