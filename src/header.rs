@@ -135,6 +135,7 @@ pub fn tag(hdr: *const Header) -> u32 {
 /// A header's magic word, read and written as the states above: the tag is taken off on every
 /// load and put on at every store. Atomic, as frees of one block may race, and the loser must
 /// see the winner's store.
+#[derive(Clone, Copy)]
 pub struct Magic<'a> {
     word: &'a AtomicU32,
     tag: u32,

@@ -561,13 +561,13 @@ pub unsafe fn claim(cur: thread::Current, hdr: *mut Header, hand_over: bool) -> 
     let mine = cur.home() == Some((i, true));
     if mine && enter_owned(l) {
         // SAFETY: this thread changes the list it owns; the header was live on it.
-        let r = unsafe { take_claimed(l, hdr) };
+        let r = unsafe { take_claimed(l, hdr, magic) };
         leave_owned(l);
         return r;
     }
     if l.mode.load(Ordering::Acquire) != OWNED || mine {
         // SAFETY: as above, under the list's lock.
-        if let Some(r) = under_lock(i, mine, |l| unsafe { take_claimed(l, hdr) }) {
+        if let Some(r) = under_lock(i, mine, |l| unsafe { take_claimed(l, hdr, magic) }) {
             return r;
         }
     }
@@ -582,11 +582,10 @@ pub unsafe fn claim(cur: thread::Current, hdr: *mut Header, hand_over: bool) -> 
 /// owner's path, which is every free of a thread's own block.
 ///
 /// # Safety
-/// `hdr` is an accessible header whose list index is `l`'s, and no other thread changes `l`.
+/// `hdr` is an accessible header whose list index is `l`'s, `magic` its magic (as
+/// `header::magic` gives it, the tag found once per claim), and no other thread changes `l`.
 #[inline(always)]
-unsafe fn take_claimed(l: &List, hdr: *mut Header) -> Result<Claimed, Refused> {
-    // SAFETY: the caller guarantees an accessible header.
-    let magic = unsafe { header::magic(hdr) };
+unsafe fn take_claimed(l: &List, hdr: *mut Header, magic: header::Magic) -> Result<Claimed, Refused> {
     // The owner alone (or the lock holder) changes the magic of a block on the list from live,
     // except for a thread handing it over, which does so with a compare-and-swap: look again
     // now.
