@@ -4,7 +4,7 @@ mod common;
 #[path = "common/gdb.rs"]
 mod gdbrun;
 
-use common::{dmem, fixture, lib_path, make_core, reported_core, scratch_dir, text};
+use common::{dmem, fixture, have_tool, lib_path, make_core, reported_core, scratch_dir, text};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -406,6 +406,35 @@ fn install_lays_out_a_prefix_that_works_on_its_own() {
         );
     }
 
+    // A manual page per command, rendered from the same declarations as its --help: the
+    // page of `leaks` carries the summary line of `dmem leaks --help` and every long option it
+    // lists, and the main page names every command.
+    let help = text(&run(dmem().args(["leaks", "--help"])).stdout);
+    let page = man_page(&prefix, "dmem-leaks");
+    let about = help
+        .lines()
+        .find(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .unwrap_or_default();
+    assert!(page.contains(about), "dmem-leaks.1 lacks {about:?}:\n{page}");
+    let options: Vec<&str> = help
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("--"))
+        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
+        .filter(|w| !w.is_empty() && w.split('=').count() == 1)
+        .collect();
+    assert!(options.len() > 5, "no options in dmem leaks --help:\n{help}");
+    for o in options {
+        assert!(
+            page.contains(&format!("--{o}")),
+            "dmem-leaks.1 lacks --{o}:\n{page}"
+        );
+    }
+    let main_page = man_page(&prefix, "dmem");
+    for sub in ["leaks", "summary", "serve", "install"] {
+        assert!(man_page(&prefix, &format!("dmem-{sub}")).contains(sub));
+        assert!(main_page.contains(&format!("dmem-{sub}(1)")), "{main_page}");
+    }
+
     // The installed launcher uses the installed pieces, here with a home of its own.
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -597,4 +626,35 @@ fn every_command_answers_with_no_gdb_or_python_on_path() {
     }
     check_driver_summary(&bare(&["summary".as_ref(), p, c, "--json".as_ref()]));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+/// The installed manual page `name`, as `man` shows it (rendered by nroff), hyphens plain.
+fn man_page(prefix: &Path, name: &str) -> String {
+    let file = prefix.join(format!("share/man/man1/{name}.1"));
+    assert!(file.is_file(), "no manual page {}", file.display());
+    if !have_tool("nroff") {
+        return std::fs::read_to_string(&file).unwrap();
+    }
+    let out = run(Command::new("nroff")
+        .args(["-man", "-Tutf8", "-rLL=200n", "-rHY=0"])
+        .arg(&file)
+        .env("GROFF_NO_SGR", "1"));
+    assert!(
+        out.status.success(),
+        "nroff {}: {}",
+        file.display(),
+        text(&out.stderr)
+    );
+    // nroff overstrikes for bold and underline, and prints U+2010 for a hyphen.
+    let plain: String = text(&out.stdout).replace(['\u{2010}', '\u{2212}'], "-");
+    let mut clean = String::new();
+    let mut chars = plain.chars().peekable();
+    while let Some(c) = chars.next() {
+        if chars.peek() == Some(&'\u{8}') {
+            chars.next();
+            continue;
+        }
+        clean.push(c);
+    }
+    clean
 }

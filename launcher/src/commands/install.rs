@@ -6,6 +6,7 @@
 //! PREFIX/lib/libdmem.so-gdb.py        gdb runs it when it loads PREFIX/lib/libdmem.so
 //! PREFIX/share/dmem/dmem.py           the gdb script
 //! PREFIX/share/dmem/dmemlib/*.py       the package of modules it imports
+//! PREFIX/share/man/man1/dmem.1         the manual: dmem.1, and dmem-COMMAND.1 for each command
 //! ```
 
 use crate::cli::{self, show};
@@ -97,7 +98,36 @@ fn install(prefix: &Path) -> Result<Vec<PathBuf>> {
         0o644,
     )?;
     done.push(autoload);
+    let man = prefix.join("share").join("man").join("man1");
+    for (name, page) in man_pages()? {
+        let dest = man.join(format!("{name}.1"));
+        write_file(&dest, &page, 0o644)?;
+        done.push(dest);
+    }
     Ok(done)
+}
+
+/// The manual pages, rendered from the command line's declarations (the ones `--help` shows):
+/// `dmem` with the list of commands, and `dmem-COMMAND` for each command, as git names its pages.
+fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
+    // Built, so that each command carries the global options (--sysroot) as its --help shows.
+    let mut cmd = cli::command();
+    cmd.build();
+    let render = |name: String, c: clap::Command| -> Result<(String, Vec<u8>)> {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(c.name(name.clone()))
+            .render(&mut page)
+            .map_err(|e| failed(format!("cannot render the manual page {name}: {e}")))?;
+        Ok((name, page))
+    };
+    let mut pages = vec![render("dmem".to_string(), cmd.clone())?];
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        pages.push(render(format!("dmem-{}", sub.get_name()), sub.clone())?);
+    }
+    Ok(pages)
 }
 
 /// Copies a file by writing a temporary one beside the destination and renaming it over, so a
