@@ -4,6 +4,9 @@
 //! `crate::`, `super::` and `self::` path, and every path through a module a file declares, is
 //! an edge from that file's module to the module the path names.
 //!
+//! In the launcher, `source/` and `model/` import nothing from `cli` or `commands`: what a
+//! command reads and what it makes of it know nothing of the command line above them.
+//!
 //! And no file is a heap of jobs: no Rust file of the three crates has more than 800 lines
 //! before its unit tests (a trailing `#[cfg(test)] mod tests` is not counted: a module's tests
 //! sit with it, and splitting them off would not make its code easier to read), and no function
@@ -355,6 +358,43 @@ fn the_finder_sees_a_circle() {
     assert_eq!(c, BTreeSet::from(["a".to_owned()]));
     let graph = BTreeMap::from([("a".to_owned(), a), ("b::c".to_owned(), c)]);
     assert_eq!(circles(&graph), vec![vec!["a".to_owned(), "b::c".to_owned()]]);
+}
+
+/// The imports from `source/` and `model/` up into `cli` or `commands`, as `from -> to`.
+fn upward_imports(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let under = |m: &str, top: &str| m == top || m.starts_with(&format!("{top}::"));
+    graph
+        .iter()
+        .filter(|(from, _)| under(from, "source") || under(from, "model"))
+        .flat_map(|(from, to)| {
+            to.iter()
+                .filter(|t| under(t, "cli") || under(t, "commands"))
+                .map(move |t| format!("{from} -> {t}"))
+        })
+        .collect()
+}
+
+#[test]
+fn launcher_sources_and_model_import_nothing_from_the_command_line() {
+    let graph = import_graph(&common::top().join("launcher/src"));
+    assert!(graph.contains_key("source::image") && graph.contains_key("model::heap"));
+    let up = upward_imports(&graph);
+    assert!(
+        up.is_empty(),
+        "source/ and model/ import from cli or commands: {up:#?}"
+    );
+    // The check sees such an import.
+    let modules: BTreeSet<String> = ["", "cli", "model", "model::text"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let refs = references(
+        "model::text",
+        &code_only("fn f() { crate::cli::show(x) }"),
+        &modules,
+    );
+    let graph = BTreeMap::from([("model::text".to_owned(), refs)]);
+    assert_eq!(upward_imports(&graph), vec!["model::text -> cli".to_owned()]);
 }
 
 #[test]

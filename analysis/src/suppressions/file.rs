@@ -19,9 +19,7 @@ pub struct Problem {
 
 /// Text from a command line or a file, as messages echo it: control characters made visible.
 pub(super) fn shown(s: &str) -> String {
-    let mut out = Vec::new();
-    crate::escape::escape(s.as_bytes(), &mut |piece| out.extend_from_slice(piece));
-    String::from_utf8_lossy(&out).into_owned()
+    crate::escape::escaped(s.as_bytes())
 }
 
 impl fmt::Display for Problem {

@@ -2,7 +2,7 @@
 //! notes name) or a running process (`PID`). One parser of those words for every command, one
 //! opener, and one wording for each way they can be wrong.
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::source::coredump::CoreDump;
 use crate::source::elf::{self, Kind};
 use crate::source::files;

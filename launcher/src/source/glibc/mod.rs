@@ -110,7 +110,7 @@ pub fn find(mem: &dyn Memory, maps: &Mappings, name: &str) -> Result<Glibc, Stri
         return Err(format!(
             "{name} ran without libdmem, and glibc's main_arena was not found in the data of {} \
              (malloc never ran, the image lacks libc's data, or this libc is not glibc)",
-            crate::cli::show(&libc)
+            crate::analysis::escape::show(&libc)
         ));
     };
     Ok(Glibc {

@@ -239,7 +239,7 @@ impl Layout {
             format!(
                 "dmem: warning: the layout descriptor of {} holds no checks (read before the library's \
                  start-up wrote them, or overwritten since): its fields are believed unverified",
-                crate::cli::show(lib)
+                crate::analysis::escape::show(lib)
             )
         })
     }
