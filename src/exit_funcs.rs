@@ -77,7 +77,7 @@ impl Candidates {
         lists::lock_all();
         // A list the program broke ends its walk there (the report says so later).
         let maps = procmaps::all();
-        lists::walk_locked(&|s, e| leak::readable(&maps, s, e), &mut |hdr| {
+        lists::walk::walk_locked(&|s, e| leak::readable(&maps, s, e), &mut |hdr| {
             if c.n < MAX_LISTS && hdr.size() == LIST_BYTES && hdr.align_log2() == 0 {
                 let user = header::to_user(hdr as *const Header as *mut Header) as u64;
                 c.blocks[c.n] = user;

@@ -34,6 +34,21 @@ pub fn escape(bytes: &[u8], emit: &mut dyn FnMut(&[u8])) {
     }
 }
 
+/// Text that echoes input, as [`escape`] writes it, in a string.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len());
+    escape(bytes, &mut |piece| out.extend_from_slice(piece));
+    // Only valid UTF-8 and ASCII escapes come out.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// A path (or any word of input) for messages: its control characters and bytes that are not
+/// UTF-8 shown as escapes, so a name can never act on the terminal that prints it.
+pub fn show(p: impl AsRef<std::ffi::OsStr>) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    escaped(p.as_ref().as_bytes())
+}
+
 /// Lines of text made safe to print and to put in an XML CDATA section: [`escape`] within each
 /// line, the newlines kept, and U+FFFE and U+FFFF (which XML 1.0 cannot carry) shown by their
 /// code points.

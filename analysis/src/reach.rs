@@ -567,7 +567,14 @@ impl Marker {
             scan_with(src, s, e, &mut run);
         }
 
-        // Cliques over what is left, in address order.
+        self.cliques(blocks, src);
+    }
+
+    /// Memcheck's clique pass over the blocks the mark left unseen, in address order: each
+    /// becomes definitely lost, the head of a clique, and the blocks it reaches (earlier heads
+    /// among them) indirectly lost under it.
+    fn cliques<S: Source>(&mut self, blocks: &Blocks, src: &mut S) {
+        let (state, heads, work) = (&mut self.state, &mut self.head, &mut self.work);
         for head in 0..blocks.len() {
             if state[head] != UNSEEN {
                 continue;

@@ -7,7 +7,9 @@
 //! It is a package of its own so that none of its dependencies end up in the preloaded
 //! library. Its folders: `source` reads a process or a core (memory, mappings, ELF,
 //! threads, the list walk), `model` holds what is made of it and its formats (the heap, roots
-//! and leak classes, frames, snapshots), `commands` the subcommands.
+//! and leak classes, frames, snapshots), `commands` the subcommands, `steps` what the analysis
+//! commands share between the command line and the model, and `locate` where the library and
+//! the gdb script are.
 
 // The leak classes, roots and the descriptor's format, shared with the library's exit report
 // (analysis/), under the name the modules use.
@@ -17,9 +19,13 @@ mod cli;
 #[forbid(unsafe_code)]
 mod commands;
 #[forbid(unsafe_code)]
+mod locate;
+#[forbid(unsafe_code)]
 mod model;
 // Reading a process or a core needs unsafe in three files, which `source/mod.rs` names.
 mod source;
+#[forbid(unsafe_code)]
+mod steps;
 mod sys;
 
 use std::ffi::OsString;

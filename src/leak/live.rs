@@ -9,7 +9,8 @@ use crate::analysis::maps::{self, Mapping};
 use crate::analysis::words::plural;
 use crate::diag;
 use crate::header::{self, Header, HEADER_SIZE, MAGIC_HANDED, NFRAMES};
-use crate::lists::{self, Broken, LISTS, NLISTS};
+use crate::lists::walk::{walk_linked, Break, Broken};
+use crate::lists::{LISTS, NLISTS};
 use crate::out::Out;
 use crate::procmaps;
 use core::fmt::Write;
@@ -35,7 +36,7 @@ pub(super) struct Overwritten {
 /// What the program broke in the lists, for the report to say.
 pub(super) struct Breaks {
     /// The first list whose links broke, and how many did.
-    list: Option<lists::Break>,
+    list: Option<Break>,
     overwritten: Vec<Overwritten>,
     /// Lists walked whole whose blocks do not add up to their counters: (list, bytes and
     /// blocks walked, bytes and blocks counted).
@@ -55,7 +56,7 @@ pub(super) fn snapshot(maps: &[Mapping]) -> (Vec<Live>, Breaks) {
     // The counters are words the program could have overwritten too: a hint, never a size.
     let mut out = Vec::with_capacity(n.min(1 << 20) as usize);
     let mut linked = [(0u64, 0u64); NLISTS];
-    let list = lists::walk_linked(&|s, e| readable(maps, s, e), &mut |i, hr| {
+    let list = walk_linked(&|s, e| readable(maps, s, e), &mut |i, hr| {
         linked[i].0 += 1;
         linked[i].1 = linked[i].1.wrapping_add(hr.size() as u64);
         if hr.state() != MAGIC_HANDED {

@@ -87,15 +87,7 @@ pub fn leak_report(entry: &Entry) -> usize {
         &mut checked,
         &mut notes,
     );
-    // Stacks are scanned from their stack pointer up only: the memory below is no root.
-    extra.retain(|&(s, e)| {
-        let holds = |sp: usize| s <= sp && sp < e;
-        let stack = world.threads().any(|t| match t {
-            Seen::Stopped { sp, .. } | Seen::NotStopped { sp: Some(sp), .. } => holds(sp),
-            _ => false,
-        });
-        !stack && !holds(own_sp)
-    });
+    drop_stacks(&mut extra, &world, own_sp);
     roots.extend_from_slice(&extra);
     let heuristics = options::get().leak_heuristics;
     marker.classify(
@@ -131,6 +123,19 @@ pub fn leak_report(entry: &Entry) -> usize {
     scrub(&mut live);
     scrub(&mut roots);
     leaked
+}
+
+/// Leaves out of `extra` the ranges that hold a thread's stack pointer (ours is `own_sp`):
+/// stacks are scanned from their stack pointer up only, and the memory below is no root.
+fn drop_stacks(extra: &mut Vec<(usize, usize)>, world: &World, own_sp: usize) {
+    extra.retain(|&(s, e)| {
+        let holds = |sp: usize| s <= sp && sp < e;
+        let stack = world.threads().any(|t| match t {
+            Seen::Stopped { sp, .. } | Seen::NotStopped { sp: Some(sp), .. } => holds(sp),
+            _ => false,
+        });
+        !stack && !holds(own_sp)
+    });
 }
 
 /// Zeroes a vector's whole buffer and empties it (see the end of `leak_report`).

@@ -17,6 +17,8 @@ mod objects;
 #[cfg(target_arch = "x86_64")]
 mod rules;
 #[cfg(target_arch = "x86_64")]
+mod shapes;
+#[cfg(target_arch = "x86_64")]
 mod stacks;
 #[cfg(target_arch = "x86_64")]
 mod tables;

@@ -3,7 +3,7 @@
 
 use crate::cli::{self, show};
 use crate::commands::run::{self, Spec};
-use crate::{commands::locate, failed, last_line, Result};
+use crate::{failed, last_line, locate, Result};
 use std::path::Path;
 use std::process::Command;
 

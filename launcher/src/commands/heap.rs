@@ -2,17 +2,17 @@
 //! text or JSON (the shapes the gdb commands print).
 
 use crate::cli::{self, Filters};
-use crate::commands::answer::{self, render, Answer};
-use crate::commands::blocks::{
-    addr_words, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson,
-    ProblemJson, StacksTotal,
-};
 use crate::commands::history::{self, EventJson};
-use crate::commands::inspect::{Inspect, Need};
+use crate::model::answer::{self, render, Answer};
 use crate::model::frames::JsonFrame;
 use crate::model::heap::{self, Within};
 use crate::model::text::{hex, plural};
 use crate::source::heapwalk::Problem;
+use crate::steps::blocks::{
+    addr_words, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson,
+    ProblemJson, StacksTotal,
+};
+use crate::steps::inspect::{Inspect, Need};
 use crate::Result;
 use serde::Serialize;
 use std::collections::HashMap;

@@ -2,12 +2,12 @@
 //! what `whatis` says of an address inside a freed block.
 
 use crate::cli;
-use crate::commands::answer::{self, render, Answer};
-use crate::commands::inspect::{Inspect, Need};
+use crate::model::answer::{self, render, Answer};
 use crate::model::frames::JsonFrame;
 use crate::model::text::hex;
 use crate::source::history::{self, Absent, Event, History, Kind};
 use crate::source::memory::ReadError;
+use crate::steps::inspect::{Inspect, Need};
 use crate::{failed, Result};
 use serde::Serialize;
 

@@ -10,7 +10,7 @@
 //! ```
 
 use crate::cli::{self, show};
-use crate::{commands::locate, failed, usage, Result};
+use crate::{failed, locate, usage, Result};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 

@@ -8,18 +8,18 @@ use crate::analysis::records;
 use crate::analysis::suppressions::{Generated, Problem, Recorded, Stack, Suppressions};
 use crate::analysis::vgxml::{document, Record, Run};
 use crate::cli;
-use crate::commands::answer::{self, render, Answer, Form};
-use crate::commands::blocks::{
-    self, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson, ProblemJson,
-    StacksTotal,
-};
-use crate::commands::inspect::{Inspect, Need};
+use crate::model::answer::{self, render, Answer, Form};
 use crate::model::frames::JsonFrame;
 use crate::model::heap::StackGroup;
 use crate::model::leaks::{Classified, Graph};
 use crate::model::names::Names;
 use crate::model::roots::{Kind, Loaded, Roots};
 use crate::model::text::{hex, plural};
+use crate::steps::blocks::{
+    self, block_json, groups, limited, problems_json, rest_line, select, stack_json, BlockJson, ProblemJson,
+    StacksTotal,
+};
+use crate::steps::inspect::{Inspect, Need};
 use crate::{usage, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

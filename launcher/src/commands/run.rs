@@ -2,7 +2,8 @@
 
 use crate::cli::{self, show};
 use crate::source::coredump::CoreDump;
-use crate::{commands::corefile, commands::locate, failed, last_line, source::elf, sys, usage, Fail, Result};
+use crate::source::corefile;
+use crate::{failed, last_line, locate, source::elf, sys, usage, Fail, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;

@@ -3,12 +3,12 @@
 //! snapshots: an image now, or a file written earlier.
 
 use crate::cli::{show, SnapshotFormat as Format};
-use crate::commands::inspect::{Inspect, Need};
 use crate::model::snapshot::{self, Snapshot};
 use crate::model::text::thousands;
 use crate::source::elf::{self, Kind};
 use crate::source::image::{Image, Target};
 use crate::source::stack_counts;
+use crate::steps::inspect::{Inspect, Need};
 use crate::{failed, usage, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -192,6 +192,29 @@ pub fn svg(view: &View) -> String {
     let max_total = view.series.points.iter().map(|p| p.live_bytes).max().unwrap_or(0);
     let ys = byte_scale(max_total);
     let y = |bytes: f64| BOTTOM - bytes / (ys.top * ys.unit) * (BOTTOM - TOP);
+    y_axis(&mut o, &ys, &y);
+
+    // The horizontal axis: seconds (or minutes, hours) since the first profile.
+    let span = view.seconds.last().copied().unwrap_or(0.0);
+    let xsc = time_scale(span);
+    let x = |secs: f64| {
+        if span > 0.0 && view.seconds.len() > 1 {
+            LEFT + secs / span * (RIGHT - LEFT)
+        } else {
+            LEFT
+        }
+    };
+    x_axis(&mut o, view, &xsc, &x);
+
+    bands_svg(&mut o, view, &bands, &y);
+    peaks_svg(&mut o, view, &x);
+    legend_svg(&mut o, view, &bands);
+    o.push_str("</svg>\n");
+    o
+}
+
+/// The vertical axis's lines and ticks, from `ys`; `y` places a number of bytes.
+fn y_axis(o: &mut String, ys: &Scale, y: &dyn Fn(f64) -> f64) {
     o.push_str(r##"<g class="axis y" stroke="#e0e0e0">"##);
     o.push('\n');
     let mut v = 0.0;
@@ -208,17 +231,10 @@ pub fn svg(view: &View) -> String {
         v += ys.step;
     }
     o.push_str("</g>\n");
+}
 
-    // The horizontal axis: seconds (or minutes, hours) since the first profile.
-    let span = view.seconds.last().copied().unwrap_or(0.0);
-    let xsc = time_scale(span);
-    let x = |secs: f64| {
-        if span > 0.0 && view.seconds.len() > 1 {
-            LEFT + secs / span * (RIGHT - LEFT)
-        } else {
-            LEFT
-        }
-    };
+/// The horizontal axis's ticks, from `xsc`, and its title; `x` places a time in seconds.
+fn x_axis(o: &mut String, view: &View, xsc: &Scale, x: &dyn Fn(f64) -> f64) {
     o.push_str(r##"<g class="axis x" fill="#333">"##);
     o.push('\n');
     let mut t = 0.0;
@@ -241,8 +257,10 @@ pub fn svg(view: &View) -> String {
         BOTTOM + 34.0
     );
     o.push_str("</g>\n");
+}
 
-    // The bands, each on top of the ones before it.
+/// The bands, each stacked on the ones before it; `y` places a number of bytes.
+fn bands_svg(o: &mut String, view: &View, bands: &[&Band], y: &dyn Fn(f64) -> f64) {
     let px = xs(view);
     let n = px.len();
     let mut base = vec![0i64; n];
@@ -269,8 +287,11 @@ pub fn svg(view: &View) -> String {
         );
     }
     o.push_str("</g>\n");
+}
 
-    // The profiles written at new peaks; the highest of them stands out and says so.
+/// The profiles written at new peaks; the highest of them stands out and says so. `x` places a
+/// time in seconds.
+fn peaks_svg(o: &mut String, view: &View, x: &dyn Fn(f64) -> f64) {
     let pts = &view.series.points;
     let highest = (0..pts.len())
         .filter(|&i| pts[i].peak)
@@ -307,8 +328,10 @@ pub fn svg(view: &View) -> String {
         }
     }
     o.push_str("</g>\n");
+}
 
-    // The legend, highest peak first, each entry with its whole stack on hover.
+/// The legend, highest peak first, each entry with its whole stack on hover.
+fn legend_svg(o: &mut String, view: &View, bands: &[&Band]) {
     o.push_str("<g class=\"legend\">\n");
     for (rank, band) in bands.iter().enumerate() {
         let top = LEGEND + LINE * rank as f64;
@@ -333,8 +356,7 @@ pub fn svg(view: &View) -> String {
             LEGEND + 11.5
         );
     }
-    o.push_str("</g>\n</svg>\n");
-    o
+    o.push_str("</g>\n");
 }
 
 /// A legend entry's name: its rank and label, or how many stacks "other" sums.
@@ -410,6 +432,31 @@ pub fn html(view: &View) -> String {
     );
     o.push_str(&svg(view));
 
+    stacks_table(&mut o, view);
+    allocating_table(&mut o, view);
+
+    o.push_str(
+        "<h2>Profiles</h2>\n<table class=\"profiles\">\n<thead><tr><th>time (UTC)</th><th>since the first</th>\
+         <th>live bytes</th><th>live blocks</th><th>at a new peak</th><th class=\"stack\">file</th></tr></thead>\n<tbody>\n",
+    );
+    for (i, p) in view.series.points.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"file\">{}</td></tr>",
+            wall(view, i),
+            when(view, i),
+            thousands(p.live_bytes.max(0) as u64),
+            thousands(p.live_blocks.max(0) as u64),
+            if p.peak { "peak" } else { "" },
+            markup(&p.name)
+        );
+    }
+    o.push_str("</tbody>\n</table>\n</body>\n</html>\n");
+    o
+}
+
+/// The page's table of stacks, each with its whole stack, its peak and its line over time.
+fn stacks_table(o: &mut String, view: &View) {
     // Rates where the process counted its allocations (`count-allocs`).
     let counted = view.bands.iter().any(|b| b.rates.is_some());
     let _ = write!(
@@ -459,7 +506,10 @@ pub fn html(view: &View) -> String {
         );
     }
     o.push_str("</tbody>\n</table>\n");
+}
 
+/// The page's table of the stacks that allocated most, where the process counted them.
+fn allocating_table(o: &mut String, view: &View) {
     if !view.allocating.is_empty() {
         o.push_str(
             "<h2>Stacks that allocated most</h2>\n<p>Counted by the library (<code>DMEM_OPTS=count-allocs</code>) between the first and the last profile. A temporary allocation is a block its thread freed before it allocated again.</p>\n\
@@ -479,25 +529,6 @@ pub fn html(view: &View) -> String {
         }
         o.push_str("</tbody>\n</table>\n");
     }
-
-    o.push_str(
-        "<h2>Profiles</h2>\n<table class=\"profiles\">\n<thead><tr><th>time (UTC)</th><th>since the first</th>\
-         <th>live bytes</th><th>live blocks</th><th>at a new peak</th><th class=\"stack\">file</th></tr></thead>\n<tbody>\n",
-    );
-    for (i, p) in view.series.points.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"file\">{}</td></tr>",
-            wall(view, i),
-            when(view, i),
-            thousands(p.live_bytes.max(0) as u64),
-            thousands(p.live_blocks.max(0) as u64),
-            if p.peak { "peak" } else { "" },
-            markup(&p.name)
-        );
-    }
-    o.push_str("</tbody>\n</table>\n</body>\n</html>\n");
-    o
 }
 
 #[cfg(test)]

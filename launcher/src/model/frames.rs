@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A frame as one line of text (`Frame::text`); names read from an image are shown escaped.
 pub fn text(f: &Frame) -> String {
-    crate::cli::escaped(f.text().as_bytes())
+    crate::analysis::escape::escaped(f.text().as_bytes())
 }
 
 /// A frame as every JSON document of dmem writes it (the analysis commands, snapshots, `top`,

@@ -1,5 +1,6 @@
 //! The model and its formats: stacks grouped, symbolised, snapshots as JSON and pprof, growth classes, series over time and their charts.
 
+pub mod answer;
 pub mod bare;
 pub mod chart;
 pub mod frames;

@@ -100,7 +100,7 @@ impl Names {
         let off = addr - s.addr;
         let name = if off == 0 { name } else { format!("{name} + {off}") };
         let text = format!("{name} in {} of {}", s.section, t.lib);
-        Some(crate::cli::escaped(text.as_bytes()))
+        Some(crate::analysis::escape::escaped(text.as_bytes()))
     }
 
     /// Every `vtable for X` symbol (`_ZTV...`), by address.
@@ -147,7 +147,7 @@ impl Vtables {
         let mangled = &self.rows[k].2;
         let d = demangle(mangled);
         let name = d.strip_prefix("vtable for ").unwrap_or(mangled);
-        crate::cli::escaped(name.as_bytes())
+        crate::analysis::escape::escaped(name.as_bytes())
     }
 
     /// The type of a mangled vtable symbol a user named, if there is such a vtable.

@@ -6,7 +6,7 @@
 //! default) is read from the mapped file itself, as a debugger does. The ELF structure is read
 //! with the `object` crate.
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::source::mappings::{Mapping, Mappings};
 use crate::source::memory::{Memory, ReadError};
 use crate::source::threads::{self, Thread};

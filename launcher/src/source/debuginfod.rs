@@ -10,7 +10,7 @@
 //! megabyte says so on stderr while it runs. A server is trusted with nothing: what it sends is
 //! kept only when its own build id is the one asked for.
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::source::elf::ElfObject;
 use std::collections::HashSet;
 use std::io::{IsTerminal, Read, Write};

@@ -11,8 +11,8 @@
 //! path the core names, the build-id debug tree, and the debuginfod servers of
 //! `DEBUGINFOD_URLS`. A file nothing matches is shown as `file+offset`, with one warning.
 
+use crate::analysis::escape::show;
 use crate::analysis::symbolize::in_debug_tree;
-use crate::cli::show;
 use crate::source::coredump::CoreDump;
 use crate::source::debuginfod::{self, Kind};
 use crate::source::elf::ElfObject;

@@ -176,7 +176,6 @@ pub fn read(mem: &dyn Memory, history: Option<&HistoryLayout>, nframes: u64) -> 
         capacity: 0,
         recorded: 0,
     };
-    let mut ev = vec![0u8; h.event_size as usize];
     for p in ptrs.chunks_exact(8) {
         let ring = u64::from_le_bytes(p.try_into().unwrap());
         if ring == 0 {
@@ -237,42 +236,44 @@ pub fn read(mem: &dyn Memory, history: Option<&HistoryLayout>, nframes: u64) -> 
             ks.clone()
                 .map(move |k| (k, &raw[((k - from) as usize) * es..][..es]))
         });
-        for (k, slot) in slots {
-            ev.copy_from_slice(slot);
-            let u64_at =
-                |off: u64| u64::from_le_bytes(ev[off as usize..off as usize + 8].try_into().unwrap());
-            let u32_at =
-                |off: u64| u32::from_le_bytes(ev[off as usize..off as usize + 4].try_into().unwrap());
-            if u64_at(h.off_seq) != k + 1 {
-                continue;
-            }
-            let kind = match u32_at(h.off_kind) as u64 {
-                k if k == h.kind_free => Kind::Free,
-                k if k == h.kind_alloc => Kind::Alloc,
-                _ => continue,
-            };
-            let stack = |off: u64| {
-                let mut s: Vec<u64> = (0..nframes as u64).map(|i| u64_at(off + 8 * i)).collect();
-                while s.last() == Some(&0) {
-                    s.pop();
-                }
-                s
-            };
-            out.events.push(Event {
-                kind,
-                addr: u64_at(h.off_addr),
-                size: u64_at(h.off_size),
-                time_ns: u64_at(h.off_time),
-                tid: u32_at(h.off_tid),
-                alloc_tid: u32_at(h.off_alloc_tid),
-                alloc_stack: stack(h.off_alloc_frames),
-                free_stack: stack(h.off_free_frames),
-            });
-        }
+        out.events
+            .extend(slots.filter_map(|(k, slot)| event(h, slot, k, nframes)));
     }
     if out.rings == 0 {
         return Err(Absent::Off);
     }
     out.events.sort_by_key(|e| std::cmp::Reverse(e.time_ns));
     Ok(out)
+}
+
+/// The event in the ring slot `ev` that the ring's `k`th event was written to, if the slot still
+/// holds that one (its sequence word is `k + 1`) and it is an event of a kind this reader knows.
+fn event(h: &HistoryLayout, ev: &[u8], k: u64, nframes: usize) -> Option<Event> {
+    let u64_at = |off: u64| u64::from_le_bytes(ev[off as usize..off as usize + 8].try_into().unwrap());
+    let u32_at = |off: u64| u32::from_le_bytes(ev[off as usize..off as usize + 4].try_into().unwrap());
+    if u64_at(h.off_seq) != k + 1 {
+        return None;
+    }
+    let kind = match u32_at(h.off_kind) as u64 {
+        k if k == h.kind_free => Kind::Free,
+        k if k == h.kind_alloc => Kind::Alloc,
+        _ => return None,
+    };
+    let stack = |off: u64| {
+        let mut s: Vec<u64> = (0..nframes as u64).map(|i| u64_at(off + 8 * i)).collect();
+        while s.last() == Some(&0) {
+            s.pop();
+        }
+        s
+    };
+    Some(Event {
+        kind,
+        addr: u64_at(h.off_addr),
+        size: u64_at(h.off_size),
+        time_ns: u64_at(h.off_time),
+        tid: u32_at(h.off_tid),
+        alloc_tid: u32_at(h.off_alloc_tid),
+        alloc_stack: stack(h.off_alloc_frames),
+        free_stack: stack(h.off_free_frames),
+    })
 }

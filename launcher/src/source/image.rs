@@ -2,7 +2,7 @@
 //! notes name) or a running process (`PID`). One parser of those words for every command, one
 //! opener, and one wording for each way they can be wrong.
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::source::coredump::CoreDump;
 use crate::source::elf::{self, Kind};
 use crate::source::files;
@@ -221,38 +221,7 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
     // Every mapped file matched by the build id the core holds, before anything reads one.
     files::resolve_core(&mut dump, &mut maps);
     let name = format!("{} (core {})", file_name(&exe), show(core));
-    let found = match heapwalk::locate(&dump, &maps) {
-        Err(LocateError::NotLoaded) => match heapwalk::locate_by_magic(&dump, &maps) {
-            Some((layout, lib)) => {
-                // Passed over by `locate` when no file of its build was found.
-                let what = if lib.exists() {
-                    "is not the build the core was taken with"
-                } else {
-                    "is not there any more"
-                };
-                eprintln!(
-                    "dmem: note: {} {what}; its layout descriptor was found in the core by its magic",
-                    show(&lib)
-                );
-                Ok((layout, lib))
-            }
-            None => Err(LocateError::NotLoaded),
-        },
-        // A library rebuilt at the same path since the core was taken: its symbol points
-        // elsewhere than the core's copy of the descriptor, which its magic still finds.
-        Err(LocateError::Unreadable { lib, why }) => match heapwalk::locate_by_magic(&dump, &maps) {
-            Some((layout, found)) => {
-                eprintln!(
-                    "dmem: note: {} is not the build the core was taken with (its dmem_layout \
-                     symbol points elsewhere); the core's layout descriptor was found by its magic",
-                    show(&found)
-                );
-                Ok((layout, found))
-            }
-            None => Err(LocateError::Unreadable { lib, why }),
-        },
-        other => other,
-    };
+    let found = locate_in_core(&dump, &maps);
     if let Ok((layout, lib)) = &found {
         if let Some(line) = layout.unsealed_warning(lib) {
             eprintln!("{line}");
@@ -291,6 +260,44 @@ fn open_core(prog: Option<&Path>, core: &Path) -> Result<Image> {
         still: true,
         glibc: None,
     })
+}
+
+/// The layout descriptor in a core, and the library it belongs to: through the library's
+/// symbol, else by the descriptor's magic when the library's file is not the build the core was
+/// taken with (or not there), saying so.
+fn locate_in_core(dump: &CoreDump, maps: &Mappings) -> std::result::Result<(Layout, PathBuf), LocateError> {
+    match heapwalk::locate(dump, maps) {
+        Err(LocateError::NotLoaded) => match heapwalk::locate_by_magic(dump, maps) {
+            Some((layout, lib)) => {
+                // Passed over by `locate` when no file of its build was found.
+                let what = if lib.exists() {
+                    "is not the build the core was taken with"
+                } else {
+                    "is not there any more"
+                };
+                eprintln!(
+                    "dmem: note: {} {what}; its layout descriptor was found in the core by its magic",
+                    show(&lib)
+                );
+                Ok((layout, lib))
+            }
+            None => Err(LocateError::NotLoaded),
+        },
+        // A library rebuilt at the same path since the core was taken: its symbol points
+        // elsewhere than the core's copy of the descriptor, which its magic still finds.
+        Err(LocateError::Unreadable { lib, why }) => match heapwalk::locate_by_magic(dump, maps) {
+            Some((layout, found)) => {
+                eprintln!(
+                    "dmem: note: {} is not the build the core was taken with (its dmem_layout \
+                     symbol points elsewhere); the core's layout descriptor was found by its magic",
+                    show(&found)
+                );
+                Ok((layout, found))
+            }
+            None => Err(LocateError::Unreadable { lib, why }),
+        },
+        other => other,
+    }
 }
 
 fn file_name(p: &Path) -> String {

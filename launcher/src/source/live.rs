@@ -42,7 +42,7 @@ pub fn open(pid: i32) -> Result<LiveProcess> {
         return Err(failed(format!(
             "process {pid} ({}) has exited (a zombie its parent has not reaped), so there is no \
              memory left to read",
-            crate::cli::show(&name)
+            crate::analysis::escape::show(&name)
         )));
     }
     let maps = Mappings::of_process(pid).map_err(|e| match e.kind() {

@@ -5,6 +5,8 @@
 
 pub mod coredump;
 #[forbid(unsafe_code)]
+pub mod corefile;
+#[forbid(unsafe_code)]
 pub mod debuginfod;
 #[forbid(unsafe_code)]
 pub mod elf;

@@ -135,49 +135,55 @@ pub fn stop(pid: i32) -> Result<Stopped> {
         }
     }
     for &(tid, _) in &stopped.seized {
-        // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it for a stopped tracee.
-        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; the pointer is to our local struct.
-        if unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize) } != 0 {
-            continue;
+        if let Some(regs) = registers(tid) {
+            stopped.threads.push(Thread {
+                tid: tid as u32,
+                regs,
+            });
         }
-        let words = [
-            regs.r15,
-            regs.r14,
-            regs.r13,
-            regs.r12,
-            regs.rbp,
-            regs.rbx,
-            regs.r11,
-            regs.r10,
-            regs.r9,
-            regs.r8,
-            regs.rax,
-            regs.rcx,
-            regs.rdx,
-            regs.rsi,
-            regs.rdi,
-            regs.orig_rax,
-            regs.rip,
-            regs.cs,
-            regs.eflags,
-            regs.rsp,
-            regs.ss,
-            regs.fs_base,
-            regs.gs_base,
-            regs.ds,
-            regs.es,
-            regs.fs,
-            regs.gs,
-        ];
-        stopped.threads.push(Thread {
-            tid: tid as u32,
-            regs: words,
-        });
     }
     // The thread the process is named by first, as in a core.
     stopped.threads.sort_by_key(|t| (t.tid != pid as u32, t.tid));
     Ok(stopped)
+}
+
+/// The registers of the stopped tracee `tid`, in the order of a core's NT_PRSTATUS note.
+fn registers(tid: i32) -> Option<[u64; 27]> {
+    // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it for a stopped tracee.
+    let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the pointer is to our local struct.
+    if unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize) } != 0 {
+        return None;
+    }
+    Some([
+        regs.r15,
+        regs.r14,
+        regs.r13,
+        regs.r12,
+        regs.rbp,
+        regs.rbx,
+        regs.r11,
+        regs.r10,
+        regs.r9,
+        regs.r8,
+        regs.rax,
+        regs.rcx,
+        regs.rdx,
+        regs.rsi,
+        regs.rdi,
+        regs.orig_rax,
+        regs.rip,
+        regs.cs,
+        regs.eflags,
+        regs.rsp,
+        regs.ss,
+        regs.fs_base,
+        regs.gs_base,
+        regs.ds,
+        regs.es,
+        regs.fs,
+        regs.gs,
+    ])
 }
 
 impl Stopped {

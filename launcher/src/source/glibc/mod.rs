@@ -110,7 +110,7 @@ pub fn find(mem: &dyn Memory, maps: &Mappings, name: &str) -> Result<Glibc, Stri
         return Err(format!(
             "{name} ran without libdmem, and glibc's main_arena was not found in the data of {} \
              (malloc never ran, the image lacks libc's data, or this libc is not glibc)",
-            crate::cli::show(&libc)
+            crate::analysis::escape::show(&libc)
         ));
     };
     Ok(Glibc {
@@ -203,6 +203,48 @@ impl Census {
     }
 }
 
+/// The chunks in a tcache, and the tcaches themselves (each its chunk's address): every chunk
+/// of a tcache's size that reads as one, and those the threads' `tcache` variables point to.
+fn find_tcaches(
+    words: &ImageWords,
+    sizes: &dyn Fn(u64) -> Option<u64>,
+    chunks: &[chunks::Chunk],
+    found: &arenas::Arenas,
+    g: &Glibc,
+    tps: &[u64],
+) -> (Vec<u64>, HashSet<u64>) {
+    let rules = free::Rules::of(g.version);
+    let firsts: HashSet<u64> = found.heaps.iter().map(|h| h.first).collect();
+    let mut in_tcache = Vec::new();
+    let mut tcaches = HashSet::new();
+    for c in chunks.iter().filter(|c| c.in_use) {
+        let fits = c.size == free::TCACHE_CHUNK
+            || (c.size == free::TCACHE_CHUNK_OLD && g.version.is_none_or(|v| v < (2, 30)));
+        if fits
+            && free::tcache_at(
+                words,
+                sizes,
+                c.at,
+                c.size,
+                rules,
+                firsts.contains(&c.at),
+                &mut in_tcache,
+            )
+        {
+            tcaches.insert(c.at);
+        }
+    }
+    // A tcache whose lists are all empty and that is not its heap's first chunk (a thread that
+    // shares an arena made its tcache wherever the arena had room) is told from a program's
+    // block of zeros by the thread's `tcache` variable pointing to it.
+    for at in free::tcaches_of_threads(words, tps, &tcaches, &sizes) {
+        if free::tcache_at(words, sizes, at, free::TCACHE_CHUNK, rules, true, &mut in_tcache) {
+            tcaches.insert(at);
+        }
+    }
+    (in_tcache, tcaches)
+}
+
 /// Every chunk in use in `g`'s heaps, as blocks (on no stack: `stacks` holds one empty stack,
 /// thread 0), with what ended a heap's walk early as problems. `tps` are the threads' thread
 /// pointers (`fs_base`), through which each thread's tcache is found wherever it is.
@@ -218,42 +260,7 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk,
     chunks.sort_unstable_by_key(|c| c.at);
     let rules = free::Rules::of(g.version);
     let sizes = |at: u64| free::size_of(&chunks, at);
-    let firsts: HashSet<u64> = found.heaps.iter().map(|h| h.first).collect();
-    let mut in_tcache = Vec::new();
-    let mut tcaches = HashSet::new();
-    for c in chunks.iter().filter(|c| c.in_use) {
-        let fits = c.size == free::TCACHE_CHUNK
-            || (c.size == free::TCACHE_CHUNK_OLD && g.version.is_none_or(|v| v < (2, 30)));
-        if fits
-            && free::tcache_at(
-                &words,
-                &sizes,
-                c.at,
-                c.size,
-                rules,
-                firsts.contains(&c.at),
-                &mut in_tcache,
-            )
-        {
-            tcaches.insert(c.at);
-        }
-    }
-    // A tcache whose lists are all empty and that is not its heap's first chunk (a thread that
-    // shares an arena made its tcache wherever the arena had room) is told from a program's
-    // block of zeros by the thread's `tcache` variable pointing to it.
-    for at in free::tcaches_of_threads(&words, tps, &tcaches, &sizes) {
-        if free::tcache_at(
-            &words,
-            &sizes,
-            at,
-            free::TCACHE_CHUNK,
-            rules,
-            true,
-            &mut in_tcache,
-        ) {
-            tcaches.insert(at);
-        }
-    }
+    let (in_tcache, tcaches) = find_tcaches(&words, &sizes, &chunks, &found, g, tps);
     let mut fast: HashSet<u64, AddrHash> = HashSet::default();
     let mut problems = Vec::new();
     for &a in &found.list {

@@ -5,7 +5,7 @@
 //! directory; a pattern starting with `|` pipes the core to a program (systemd-coredump, apport)
 //! and leaves no file behind.
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::{failed, Result};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -3,11 +3,11 @@
 //! commands (heap.rs, leaks.rs, history.rs) use it; it uses none of them.
 
 use crate::cli::{self, Filters};
-use crate::commands::inspect::Inspect;
 use crate::model::frames::{Folded, JsonFrame};
 use crate::model::heap::{self, StackGroup};
 use crate::model::text::{hex, plural};
 use crate::source::heapwalk::{Block, Problem};
+use crate::steps::inspect::Inspect;
 use crate::{failed, usage, Result};
 use serde::Serialize;
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! in the source tree's `gdb/`) and installed (`PREFIX/bin/dmem` with `PREFIX/lib/libdmem.so`
 //! and `PREFIX/share/dmem/`).
 
-use crate::cli::show;
+use crate::analysis::escape::show;
 use crate::{failed, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,347 @@
+//! One list followed header by header: each header checked before it is believed (alignment,
+//! magic, list index, back link, a step cap), a header freed under the walk of a running
+//! process stepped over, and the problem a bad link makes worded as `dmem verify` prints it.
+
+use super::found::{Block, Problem};
+use super::layout::Layout;
+use crate::source::memory::{AddrHash, Memory, ReadError};
+use std::collections::HashSet;
+
+/// Buffers reused from list to list.
+#[derive(Default)]
+pub(super) struct ListScratch {
+    pub(super) blocks: Vec<Block>,
+    /// `nframes` words per block, in step with `blocks`.
+    pub(super) frames: Vec<u64>,
+    header: Vec<u8>,
+}
+
+impl ListScratch {
+    pub(super) fn clear(&mut self) {
+        self.blocks.clear();
+        self.frames.clear();
+    }
+
+    /// Keeps the block of the sound header at `h` on list `i`, just read into `self.header`,
+    /// and its frames.
+    fn push(&mut self, l: &Layout, i: u64, h: u64, f: &HeaderFields) {
+        self.blocks.push(Block {
+            addr: h + l.header_size,
+            size: f.size,
+            tid: f.tid,
+            stack: 0,
+            list: i as u16,
+            named_list: f.list as u16,
+            align_log2: f.align_log2,
+        });
+        let hd = &self.header;
+        let word = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
+        self.frames
+            .extend((0..l.nframes).map(|k| word(l.off_frames + 8 * k)));
+    }
+
+    /// Keeps the first of blocks read more than once (by a walk over a list that changed).
+    pub(super) fn drop_repeats(&mut self, nframes: usize) {
+        let mut seen: HashSet<u64, AddrHash> = HashSet::default();
+        let keep: Vec<bool> = self.blocks.iter().map(|b| seen.insert(b.addr)).collect();
+        if keep.iter().all(|&k| k) {
+            return;
+        }
+        let mut k = keep.iter();
+        self.blocks.retain(|_| *k.next().unwrap_or(&true));
+        let frames = std::mem::take(&mut self.frames);
+        self.frames = frames
+            .chunks(nframes)
+            .zip(&keep)
+            .filter(|(_, &k)| k)
+            .flat_map(|(f, _)| f.iter().copied())
+            .collect();
+    }
+}
+
+/// How one attempt's walk went.
+pub(super) struct HeaderWalk {
+    /// What ended it early, if something did.
+    pub(super) problem: Option<Problem>,
+    /// A header's back link did not name the header before it: the list changed under the walk
+    /// (a block was unlinked next to where it was). The walk goes on, since the header itself
+    /// is sound, but the attempt does not count as whole.
+    pub(super) moved: bool,
+    /// Handed headers walked past (freed by another thread, still linked), and their bytes.
+    pub(super) handed: (u64, u64),
+}
+
+/// Why a header is not believed.
+enum Bad {
+    Misaligned,
+    Unreadable,
+    /// The state the magic named, and the word stored.
+    Magic(u32, u32),
+    /// A sound header that names another list: a walk of a running process met a block that
+    /// was freed and allocated again since the link to it was read.
+    OtherList(u64),
+}
+
+/// The problem a header that is not believed makes, worded as `dmem verify` prints it; `prev`
+/// is the header the walk came from (0 for the list's head).
+fn bad_link(l: &Layout, i: u64, h: u64, prev: u64, bad: &Bad) -> Problem {
+    let from = if prev != 0 {
+        format!("next of {prev:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    let came = if prev != 0 {
+        format!("{prev:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    let text = match bad {
+        Bad::Misaligned => format!("{from} points to misaligned {h:#x}; rest of the list lost"),
+        Bad::Unreadable => format!("{from} points to {h:#x}, which is unreadable; rest of the list lost"),
+        Bad::Magic(m, _) if *m == l.magic_freed => format!(
+            "header {h:#x}, reached from {came}: freed block (magic {m:#x}) still on the list; rest of the list lost"
+        ),
+        Bad::Magic(_, stored) => {
+            format!("header {h:#x}, reached from {came}: bad magic {stored:#010x}; rest of the list lost")
+        }
+        Bad::OtherList(o) => {
+            format!("header {h:#x}, reached from {came}: it names list {o}; rest of the list lost")
+        }
+    };
+    // What a write changed: the header whose `next` leads nowhere, or the one that does not
+    // read as a header of this list.
+    let header = match bad {
+        Bad::Misaligned | Bad::Unreadable => (prev != 0).then_some(prev),
+        Bad::Magic(..) | Bad::OtherList(_) => Some(h),
+    };
+    Problem {
+        list: Some(i),
+        addr: Some(h),
+        text,
+        header,
+    }
+}
+
+/// Where a walk goes on after the header it was at was freed under it: whatever now follows the
+/// header before it, read afresh, or the list's head if it was the first.
+fn after_freed(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    head_addr: u64,
+    s: &mut ListScratch,
+    strict: bool,
+) -> Result<Option<u64>, std::io::Error> {
+    let hs = l.header_size;
+    Ok(match s.blocks.last() {
+        Some(b) => {
+            let p = b.addr - hs;
+            mem.forget_range(p, hs);
+            read_header(mem, l, i, p, &mut s.header, strict, None)?
+                .ok()
+                .map(|f| f.next)
+        }
+        None => mem.u64_fresh(head_addr).ok(),
+    })
+}
+
+/// The problem of a header whose back link does not name the header the walk came from.
+fn prev_mismatch(i: u64, h: u64, came_from: u64, its_prev: u64, seen: bool) -> Problem {
+    let came = if came_from != 0 {
+        format!("{came_from:#x}")
+    } else {
+        "the list head".to_owned()
+    };
+    Problem {
+        list: Some(i),
+        addr: Some(h),
+        text: format!(
+            "header {h:#x}, reached from {came}: its prev is {its_prev:#x}, not {came_from:#x}{}; rest of the list lost",
+            if seen {
+                " (it was walked already: the list loops back)"
+            } else {
+                ""
+            }
+        ),
+        header: Some(h),
+    }
+}
+
+/// Follows one list from `head`, appending what it finds to `s`. An `Err` only when the system
+/// refused a read.
+///
+/// A header is believed when it is aligned, readable and carries the live magic. A strict walk
+/// (memory that does not change) also wants its back link to name the header it came from; that
+/// alone keeps it from looping (to reach a header twice it would have to come twice from its
+/// recorded predecessor, and so on back to the head), and the first bad link ends the list as a
+/// problem. A running process changes the list while it is walked, so there a header that fails
+/// is read again from the process (what was read may be older than the link that led to it), and
+/// if it still fails (it was freed under the walk), the walk goes on from a fresh read of the
+/// header before it, whose next link now skips the freed one; a bounded number of times per
+/// walk. The back link is checked but only marks the walk as moved, and a header that names
+/// another list is not believed.
+///
+/// A walk over a list that did not move cannot meet a header twice (each back link named the
+/// header before it); one that moved may (a block freed and linked again at the head while the
+/// walk was past it), so a loop ends at the step cap, or sooner when it comes back to the head,
+/// and the caller drops repeats. Remembering every header in a set instead would cost a cache
+/// miss per block, most of the walk's time on a large heap.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn walk_headers(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    head_addr: u64,
+    head: u64,
+    counted: u64,
+    s: &mut ListScratch,
+    strict: bool,
+    room: u64,
+) -> Result<HeaderWalk, std::io::Error> {
+    // `room`: as many headers as the image can hold, whatever the list's count says.
+    let cap = counted
+        .min(room)
+        .saturating_add(64 + counted.min(room) / 8)
+        .min(1 << 32);
+    let hs = l.header_size;
+    let mut walk = HeaderWalk {
+        problem: None,
+        moved: false,
+        handed: (0, 0),
+    };
+    s.header.resize(hs as usize, 0);
+    let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
+    while h != 0 {
+        if steps >= cap {
+            walk.problem = Some(Problem {
+                list: Some(i),
+                addr: Some(h),
+                text: format!(
+                    "list goes on past {cap} blocks though its live count is {counted}; stopped there"
+                ),
+                header: None,
+            });
+            break;
+        }
+        let mut fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
+        if fields.is_err() && !strict && recoveries < MAX_RECOVERIES {
+            recoveries += 1;
+            walk.moved = true;
+            mem.forget_range(h, hs);
+            fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
+            if fields.is_err() {
+                if let Some(next) = after_freed(mem, l, i, head_addr, s, strict)?.filter(|&n| n != h) {
+                    h = next;
+                    continue;
+                }
+            }
+        }
+        let f = match fields {
+            Ok(f) => f,
+            Err(bad) => {
+                walk.problem = Some(bad_link(l, i, h, prev, &bad));
+                break;
+            }
+        };
+        // The head's back link is whatever the last link put in front of it since the head
+        // was read; further on it must name the header we came from.
+        if (strict || prev != 0) && f.prev != prev {
+            if strict {
+                let seen = s.blocks.iter().any(|b| b.addr == h + hs);
+                walk.problem = Some(prev_mismatch(i, h, prev, f.prev, seen));
+                break;
+            }
+            walk.moved = true;
+        }
+        if h == head && steps > 0 {
+            walk.problem = Some(Problem {
+                list: Some(i),
+                addr: Some(h),
+                text: format!("comes back to header {h:#x}"),
+                header: None,
+            });
+            break;
+        }
+        if f.handed {
+            walk.handed.0 += 1;
+            walk.handed.1 += f.size;
+            prev = h;
+            h = f.next;
+            steps += 1;
+            continue;
+        }
+        s.push(l, i, h, &f);
+        prev = h;
+        h = f.next;
+        steps += 1;
+    }
+    Ok(walk)
+}
+
+/// Headers read again from the process, per walk, when one read from the cache does not hold
+/// up: enough for the frees a busy process makes during a walk, and a bound on the extra reads.
+const MAX_RECOVERIES: u32 = 4096;
+
+/// A header's fields, once it has been found sound.
+struct HeaderFields {
+    /// Freed by another thread and not yet unlinked: walked past, not a block.
+    handed: bool,
+    next: u64,
+    prev: u64,
+    size: u64,
+    tid: u32,
+    list: u64,
+    align_log2: u8,
+}
+
+/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, and (unless
+/// `strict`, which reports it later instead) on list `i`. The inner `Err` says why it is not
+/// believed. A header that names another list but whose back link is `came_from` is linked
+/// right here whatever its size word says (a write changed that word, which `verify` reports
+/// and the size check judges), so it is believed as a strict walk believes it: the same answer
+/// in a core and in a running process.
+fn read_header(
+    mem: &dyn Memory,
+    l: &Layout,
+    i: u64,
+    h: u64,
+    buf: &mut [u8],
+    strict: bool,
+    came_from: Option<u64>,
+) -> Result<Result<HeaderFields, Bad>, std::io::Error> {
+    // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
+    if !h.is_multiple_of(8) {
+        return Ok(Err(Bad::Misaligned));
+    }
+    match mem.read(h, buf) {
+        Ok(()) => {}
+        Err(ReadError::Unmapped) => return Ok(Err(Bad::Unreadable)),
+        Err(ReadError::Denied(e)) => return Err(e),
+    }
+    let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
+    let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
+    let stored = u32_at(l.off_magic);
+    let magic = l.magic_state(h, stored);
+    let handed = Some(magic) == l.magic_handed;
+    if magic != l.magic_live && !handed {
+        return Ok(Err(Bad::Magic(magic, stored)));
+    }
+    let word = u64_at(l.off_size);
+    let field = |shift: u64, bits: u64| {
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        (word >> shift) & mask
+    };
+    let list = field(l.size_list_shift, l.size_list_bits);
+    if list != i && !strict && came_from != Some(u64_at(l.off_prev)) {
+        return Ok(Err(Bad::OtherList(list)));
+    }
+    Ok(Ok(HeaderFields {
+        handed,
+        next: u64_at(l.off_next),
+        prev: u64_at(l.off_prev),
+        size: word & ((1u64 << l.size_bits) - 1),
+        tid: u32_at(l.off_tid),
+        list,
+        align_log2: field(l.size_align_shift, l.size_align_bits) as u8,
+    }))
+}
