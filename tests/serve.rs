@@ -1001,3 +1001,68 @@ fn a_user_learns_no_names_from_a_file_only_root_may_read() {
         assert_eq!(warned(&serve.log()), 1, "no warning for root: {}", serve.log());
     }
 }
+
+/// The same rule for a detached debug file: a process of nobody's maps a stripped library
+/// nobody may read, whose debug file (the one place its static function is named) lies in a
+/// debuginfod cache only root may read. Root's profile names the function from it; nobody's
+/// does not, and nothing is fetched on nobody's behalf.
+#[test]
+fn a_user_learns_no_names_from_a_debug_file_only_root_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root_with_setpriv() || !have(&["strip"]) {
+        return;
+    }
+    let hidden = "treasure_keeper_b71e";
+    let top = common::scratch_dir("serve-root-only-debug");
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let full = common::fixture("libhidden_hoard.so");
+    let lib = top.join("libhidden_hoard.so");
+    let out = run_limited(
+        Command::new("strip")
+            .arg("--strip-all")
+            .arg(&full)
+            .arg("-o")
+            .arg(&lib),
+        LIMIT,
+    );
+    assert!(out.status.success(), "strip: {}", common::text(&out.stderr));
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let id = {
+        use object::Object;
+        let bytes = std::fs::read(&lib).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let id = file.build_id().unwrap().expect("the fixture has a build id");
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    // elfutils' cache layout: CACHE/BUILDID/debuginfo, the cache root's alone.
+    let cache = top.join("cache");
+    std::fs::create_dir_all(cache.join(&id)).unwrap();
+    std::fs::copy(&full, cache.join(&id).join("debuginfo")).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let mut cmd = common::preloaded(common::fixture("dropped_dlopen"), "", None);
+    cmd.arg(&lib).args(["65534", "20", "4096"]);
+    let target = live::start_command(cmd, "dropped_dlopen");
+    let mut server = dmem();
+    // A server that is never reached: the cache answers root, and nobody is fetched nothing.
+    server
+        .env("DEBUGINFOD_URLS", "http://127.0.0.1:9")
+        .env("DEBUGINFOD_CACHE_PATH", &cache);
+    let serve = Serve::start(server, &[]);
+    let heap = serve.url(&format!("/debug/pprof/heap?pid={}", target.pid));
+    let (code, body) = get(&heap);
+    assert_eq!(code, 200, "{}", shown(&body));
+    assert!(
+        unzipped(&body).contains(hidden),
+        "root's profile names {hidden} from the debug file"
+    );
+    let (code, body) = curl(as_nobody("curl"), &heap, &[]);
+    assert_eq!(code, 200, "{}", shown(&body));
+    let profile = unzipped(&body);
+    assert!(
+        !profile.contains(hidden),
+        "nobody learnt {hidden} from root's debuginfod cache"
+    );
+    assert!(profile.contains("libhidden_hoard.so"), "the object is shown");
+    assert!(!serve.log().contains("cannot fetch"), "{}", serve.log());
+}
