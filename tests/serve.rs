@@ -933,3 +933,136 @@ fn a_program_run_from_a_directory_whose_name_is_not_utf8_gets_its_profile() {
     assert!(common::text(&body).contains(&want), "{}", shown(&body));
     assert!(!serve.log().contains("not allowed"), "{}", serve.log());
 }
+
+/// The named frames of a gzipped profile, as bytes to search: its string table holds every
+/// function, file and mapping name.
+fn unzipped(profile: &[u8]) -> String {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(profile)
+        .read_to_end(&mut out)
+        .expect("a gzipped profile");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `dmem serve`, run by root, is no confused deputy: a process of nobody's that has mapped a
+/// file only root may read (opened through a symlink, before the process gave up root's ids,
+/// as a privileged parent hands a service its files) gets nobody a profile whose frames in
+/// that file are the file and an offset, with one warning in the log; root's request names
+/// them. The file is root's alone in two ways: its own mode 0600, or a readable file in a
+/// directory of mode 0700.
+#[test]
+fn a_user_learns_no_names_from_a_file_only_root_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root_with_setpriv() {
+        return;
+    }
+    let hidden = "treasure_keeper_b71e";
+    let top = common::scratch_dir("serve-root-only");
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = Serve::start(dmem(), &[]);
+    for (dir_mode, file_mode) in [(0o755, 0o600), (0o700, 0o644)] {
+        let dir = top.join(format!("dir{dir_mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        let lib = dir.join("libhidden_hoard.so");
+        std::fs::copy(common::fixture("libhidden_hoard.so"), &lib).unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(file_mode)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+        let link = top.join(format!("link{dir_mode:o}.so"));
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+        let mut cmd = common::preloaded(common::fixture("dropped_dlopen"), "", None);
+        cmd.arg(&link).args(["65534", "20", "4096"]);
+        let target = live::start_command(cmd, "dropped_dlopen");
+        let heap = serve.url(&format!("/debug/pprof/heap?pid={}", target.pid));
+        let warned = |log: &str| {
+            log.lines()
+                .filter(|l| l.contains("user 65534 may not read") && l.contains(&*lib.to_string_lossy()))
+                .count()
+        };
+
+        let (code, body) = curl(as_nobody("curl"), &heap, &[]);
+        assert_eq!(code, 200, "{}", shown(&body));
+        let profile = unzipped(&body);
+        assert!(
+            !profile.contains(hidden),
+            "nobody learnt {hidden} from {} (directory {dir_mode:o}, file {file_mode:o})",
+            lib.display()
+        );
+        assert!(profile.contains("libhidden_hoard.so"), "the object is shown");
+        let log = serve.log_with("may not read");
+        assert_eq!(warned(&log), 1, "one warning for the file: {log}");
+
+        let (code, body) = get(&heap);
+        assert_eq!(code, 200, "{}", shown(&body));
+        assert!(
+            unzipped(&body).contains(hidden),
+            "root's profile names {hidden} from {}",
+            lib.display()
+        );
+        assert_eq!(warned(&serve.log()), 1, "no warning for root: {}", serve.log());
+    }
+}
+
+/// The same rule for a detached debug file: a process of nobody's maps a stripped library
+/// nobody may read, whose debug file (the one place its static function is named) lies in a
+/// debuginfod cache only root may read. Root's profile names the function from it; nobody's
+/// does not, and nothing is fetched on nobody's behalf.
+#[test]
+fn a_user_learns_no_names_from_a_debug_file_only_root_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root_with_setpriv() || !have(&["strip"]) {
+        return;
+    }
+    let hidden = "treasure_keeper_b71e";
+    let top = common::scratch_dir("serve-root-only-debug");
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let full = common::fixture("libhidden_hoard.so");
+    let lib = top.join("libhidden_hoard.so");
+    let out = run_limited(
+        Command::new("strip")
+            .arg("--strip-all")
+            .arg(&full)
+            .arg("-o")
+            .arg(&lib),
+        LIMIT,
+    );
+    assert!(out.status.success(), "strip: {}", common::text(&out.stderr));
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let id = {
+        use object::Object;
+        let bytes = std::fs::read(&lib).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let id = file.build_id().unwrap().expect("the fixture has a build id");
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    // elfutils' cache layout: CACHE/BUILDID/debuginfo, the cache root's alone.
+    let cache = top.join("cache");
+    std::fs::create_dir_all(cache.join(&id)).unwrap();
+    std::fs::copy(&full, cache.join(&id).join("debuginfo")).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let mut cmd = common::preloaded(common::fixture("dropped_dlopen"), "", None);
+    cmd.arg(&lib).args(["65534", "20", "4096"]);
+    let target = live::start_command(cmd, "dropped_dlopen");
+    let mut server = dmem();
+    // A server that is never reached: the cache answers root, and nobody is fetched nothing.
+    server
+        .env("DEBUGINFOD_URLS", "http://127.0.0.1:9")
+        .env("DEBUGINFOD_CACHE_PATH", &cache);
+    let serve = Serve::start(server, &[]);
+    let heap = serve.url(&format!("/debug/pprof/heap?pid={}", target.pid));
+    let (code, body) = get(&heap);
+    assert_eq!(code, 200, "{}", shown(&body));
+    assert!(
+        unzipped(&body).contains(hidden),
+        "root's profile names {hidden} from the debug file"
+    );
+    let (code, body) = curl(as_nobody("curl"), &heap, &[]);
+    assert_eq!(code, 200, "{}", shown(&body));
+    let profile = unzipped(&body);
+    assert!(
+        !profile.contains(hidden),
+        "nobody learnt {hidden} from root's debuginfod cache"
+    );
+    assert!(profile.contains("libhidden_hoard.so"), "the object is shown");
+    assert!(!serve.log().contains("cannot fetch"), "{}", serve.log());
+}

@@ -168,3 +168,104 @@ pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
         format!("it is {what}, not a regular file"),
     ))
 }
+
+thread_local! {
+    /// The user whose file rights this thread has taken (`with_file_rights_of`), if any.
+    static ACTING_FOR: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// The user on whose behalf this thread reads files, when it reads with that user's rights
+/// rather than the launcher's own (see `with_file_rights_of`).
+pub fn acting_for() -> Option<u32> {
+    ACTING_FOR.with(std::cell::Cell::get)
+}
+
+/// Runs `read` in a thread of its own whose file-system rights are user `uid`'s: its file
+/// system user id that user, its file system group id and supplementary groups that user's as
+/// the user database gives them (group 65534 and none for a user it does not know). So every
+/// file `read` opens, whatever names it (a mapped object's `/proc/PID/map_files` link or path, a
+/// debug file by build id, a file a DWARF unit names), is opened only if the kernel lets that
+/// user open it, checked by the kernel at the open itself: no check-then-open race. The thread
+/// ends with `read`, and its rights with it; the launcher's other threads keep theirs.
+///
+/// Only the file system ids change: taking them from root drops the capabilities that bypass
+/// file permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER) from the thread, and
+/// keeps CAP_SYS_PTRACE, with which `read` still reads the process's memory (whose owner the
+/// caller has checked). An error when the rights cannot be taken (a launcher that is neither
+/// root nor `uid`).
+pub fn with_file_rights_of<T: Send>(uid: u32, read: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        let reader = std::thread::Builder::new()
+            .name(format!("as user {uid}"))
+            .spawn_scoped(s, move || {
+                take_file_rights(uid)?;
+                ACTING_FOR.with(|a| a.set(Some(uid)));
+                Ok(read())
+            })
+            .map_err(|e| format!("cannot start a thread to read as user {uid}: {e}"))?;
+        reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Gives the calling thread user `uid`'s file system ids and groups (see `with_file_rights_of`).
+fn take_file_rights(uid: u32) -> Result<(), String> {
+    let (gid, groups) = user_groups(uid);
+    let fail = |what: &str| format!("cannot take user {uid}'s rights to read files ({what})");
+    // The raw system call: glibc's setgroups() changes every thread of the process, the kernel's
+    // only the calling one.
+    // SAFETY: setgroups reads `groups.len()` group ids from the vector, which lives across the call.
+    let set = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if set != 0 {
+        return Err(fail(&std::io::Error::last_os_error().to_string()));
+    }
+    // setfsgid and setfsuid return the previous id and never fail visibly: each is asked again
+    // with an invalid id, which changes nothing and answers the current one.
+    // SAFETY: setfsgid and setfsuid take integers and change only this thread's credentials.
+    let (fsgid, fsuid) = unsafe {
+        libc::setfsgid(gid);
+        libc::setfsuid(uid);
+        (libc::setfsgid(u32::MAX) as u32, libc::setfsuid(u32::MAX) as u32)
+    };
+    if (fsuid, fsgid) != (uid, gid) {
+        return Err(fail(
+            "the system refused to change this thread's file system user and group",
+        ));
+    }
+    Ok(())
+}
+
+/// User `uid`'s primary group and every group the user database puts it in; group 65534
+/// ("nogroup") and no other for a user it does not know.
+fn user_groups(uid: u32) -> (u32, Vec<libc::gid_t>) {
+    const NOGROUP: u32 = 65534;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid value of a struct of integers and pointers.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into `pw` and the `buf.len()` bytes of `buf`, both of which live
+    // across the call and past the uses of `pw`'s pointers (into `buf`) below.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() {
+        return (NOGROUP, Vec::new());
+    }
+    let gid = pw.pw_gid;
+    let mut groups: Vec<libc::gid_t> = vec![0; 256];
+    loop {
+        let mut n = groups.len() as libc::c_int;
+        // SAFETY: pw_name points into `buf`, a NUL-terminated name getpwuid_r wrote; getgrouplist
+        // writes at most `n` ids into `groups`, which holds `n`, and the count into `n`.
+        let got = unsafe { libc::getgrouplist(pw.pw_name, gid, groups.as_mut_ptr(), &mut n) };
+        if got >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return (gid, groups);
+        }
+        // Too small: `n` says how many there are. Bounded, for a database that answers nonsense.
+        let want = (n.max(0) as usize).max(groups.len() * 2);
+        if want > 65536 {
+            return (gid, Vec::new());
+        }
+        groups.resize(want, 0);
+    }
+}

@@ -157,7 +157,19 @@ fn status_of_failure(pid: i32) -> u16 {
 /// `read` of process `pid` for `reader`: refused unless the reader may read the process, and
 /// thrown away if the process changed its user ids, or ended and left its id to another,
 /// while it was read.
-fn read_for<T>(reader: Reader, pid: i32, read: impl FnOnce() -> Result<T>) -> std::result::Result<T, Reply> {
+///
+/// For a local user other than the server's own, `read` runs with that user's file rights
+/// (`sys::with_file_rights_of`): the process's memory is read as before, but every file opened
+/// to name its frames (a mapped object, its debug file, a file its DWARF names) is opened only
+/// if that user may open it. Else `dmem serve`, often root, would be a confused deputy: a
+/// process of the user's may have a file mapped that the user cannot read (handed over by a
+/// privileged parent, or opened before it dropped privileges), and its symbols are not the
+/// user's to learn. A file refused is shown as `file+offset`, with one warning in the log.
+fn read_for<T: Send>(
+    reader: Reader,
+    pid: i32,
+    read: impl FnOnce() -> Result<T> + Send,
+) -> std::result::Result<T, Reply> {
     let failed_read = |f: crate::Fail| Reply::error(status_of_failure(pid), f.msg);
     if !reader.restricted() {
         return read().map_err(failed_read);
@@ -166,7 +178,13 @@ fn read_for<T>(reader: Reader, pid: i32, read: impl FnOnce() -> Result<T>) -> st
     reader
         .may_read(pid, &before)
         .map_err(|why| Reply::error(403, why))?;
-    let got = read().map_err(failed_read)?;
+    let got = match reader {
+        Reader::User(uid) if uid != sys::euid() => {
+            sys::with_file_rights_of(uid, read).map_err(|why| Reply::error(500, why))?
+        }
+        _ => read(),
+    }
+    .map_err(failed_read)?;
     match access::owner(pid) {
         Ok(after) if after == before => Ok(got),
         Ok(_) => Err(Reply::error(
@@ -198,14 +216,18 @@ fn heap(pids: &[i32], reader: Reader, query: &str) -> Reply {
     if !pids.is_empty() && !pids.contains(&pid) {
         return Reply::error(404, format!("process {pid} is not among those served"));
     }
-    let snap = match read_for(reader, pid, || Source::Image(Target::Pid(pid)).take()) {
-        Ok(s) => s,
-        Err(reply) => return reply,
-    };
-    let mut body = Vec::new();
-    match crate::model::pprof::write(&snap, &mut body) {
-        Ok(()) => Reply::ok("application/octet-stream", body),
-        Err(e) => Reply::error(500, format!("cannot write the profile: {e}")),
+    // The profile is written where it is read: a snapshot's frames are shared within the
+    // thread that named them.
+    let profile = read_for(reader, pid, || {
+        let snap = Source::Image(Target::Pid(pid)).take()?;
+        let mut body = Vec::new();
+        crate::model::pprof::write(&snap, &mut body)
+            .map(|()| body)
+            .map_err(|e| failed(format!("cannot write the profile: {e}")))
+    });
+    match profile {
+        Ok(body) => Reply::ok("application/octet-stream", body),
+        Err(reply) => reply,
     }
 }
 

@@ -87,9 +87,12 @@ impl Source {
                 ))
             }
             Source::File(path) => {
+                // Read to one byte past the most a snapshot may be, which its reader then
+                // refuses: a huge file costs no more than that.
+                let cap = crate::model::snapjson::MAX_BYTES as u64 + 1;
                 let mut data = Vec::new();
                 crate::sys::open_regular(path)
-                    .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut data))
+                    .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, cap), &mut data))
                     .map_err(|e| failed(format!("cannot read {}: {e}", show(path))))?;
                 let what = |e: String| failed(format!("{}: {e}", show(path)));
                 if crate::model::pprof::is_gzip(&data) || !data.trim_ascii_start().starts_with(b"{") {

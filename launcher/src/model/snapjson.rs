@@ -193,8 +193,99 @@ pub fn seconds(nanos: i64) -> f64 {
     (nanos as f64 / 1e6).round() / 1e3
 }
 
+/// The most bytes of JSON a snapshot may be: a snapshot of a million-block heap takes a few
+/// tens of megabytes, so this leaves room and keeps a hostile file from costing gigabytes.
+pub const MAX_BYTES: usize = 256 << 20;
+/// The most JSON values (objects, arrays, strings) a snapshot may hold. Each becomes a struct
+/// or a `String`/`Vec` of a few dozen bytes whatever its text's length (`{"pc":"0"}` is ten
+/// bytes and a frame of a hundred and fifty), so the count, not the size, bounds the memory a
+/// file expands to: about a gigabyte at most.
+const MAX_VALUES: usize = 4 << 20;
+/// The most mapped objects a snapshot may name: more than Linux's default limit on a
+/// process's mappings (`vm.max_map_count`, 65530).
+const MAX_OBJECTS: usize = 1 << 16;
+/// The most bytes or blocks all stacks may hold together (and each count's bound): far above
+/// any heap, and low enough that no sum or difference of two snapshots' counts overflows.
+const MAX_TOTAL: i64 = 1 << 60;
+
+/// The JSON values in `data` (objects, arrays and strings), counted up to `MAX_VALUES + 1`
+/// without parsing: a scan that knows only where strings begin and end.
+fn values(data: &[u8]) -> usize {
+    let (mut n, mut in_string, mut escaped) = (0, false, false);
+    for &b in data {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'{' | b'[' => n += 1,
+            b'"' => {
+                n += 1;
+                in_string = true;
+            }
+            _ => {}
+        }
+        if n > MAX_VALUES {
+            break;
+        }
+    }
+    n
+}
+
+/// A snapshot as `write` wrote it, from outside input (`dmem diff`'s arguments): bounded in
+/// size, in the values it holds (see `MAX_VALUES`), in nesting (serde_json's limit of 128
+/// levels) and in its counts; each refusal one line saying why.
 pub fn read(data: &[u8]) -> Result<Snapshot, String> {
+    if data.len() > MAX_BYTES {
+        return Err(format!(
+            "the snapshot is more than the {} MiB of JSON one may be",
+            MAX_BYTES >> 20
+        ));
+    }
+    if values(data) > MAX_VALUES {
+        return Err(format!(
+            "the snapshot holds more than {MAX_VALUES} JSON objects, arrays and strings, more than one may"
+        ));
+    }
     let doc: Sample = serde_json::from_slice(data).map_err(|e| format!("not a dmem JSON snapshot: {e}"))?;
+    if doc.objects.len() > MAX_OBJECTS {
+        return Err(format!(
+            "the snapshot names {} mapped objects, more than the {MAX_OBJECTS} a process may have",
+            doc.objects.len()
+        ));
+    }
+    // Counts may be negative (a snapshot made from a diff); their sizes are what is bounded.
+    let (mut all_bytes, mut all_blocks) = (0u64, 0u64);
+    let limit = MAX_TOTAL.unsigned_abs();
+    for s in &doc.stacks {
+        let counts = [
+            Some(s.bytes),
+            Some(s.blocks),
+            s.allocs,
+            s.alloc_bytes,
+            s.temporary_allocs,
+        ];
+        let bad = counts.into_iter().flatten().any(|v| v.unsigned_abs() > limit);
+        all_bytes = all_bytes.saturating_add(s.bytes.unsigned_abs());
+        all_blocks = all_blocks.saturating_add(s.blocks.unsigned_abs());
+        if bad || all_bytes > limit || all_blocks > limit {
+            return Err(format!(
+                "a stack of the snapshot holds {} bytes in {} blocks: counts must be within 2^60 either way, in all too",
+                s.bytes, s.blocks
+            ));
+        }
+    }
+    if !doc.time.is_finite() || !(0.0..=9e9).contains(&doc.time) {
+        return Err(format!(
+            "the snapshot's time {} is no time in Unix seconds",
+            doc.time
+        ));
+    }
     let mut objects = Vec::with_capacity(doc.objects.len());
     for o in &doc.objects {
         objects.push(Object {
@@ -205,6 +296,20 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             file_offset: unhex(&o.file_offset)?,
         });
     }
+    // Each path's objects by start address, to find a frame's object in log time: a file of
+    // many objects and many frames must not cost their product.
+    let mut by_path: std::collections::HashMap<&str, Vec<(u64, u64, usize)>> = Default::default();
+    for (i, o) in objects.iter().enumerate() {
+        by_path.entry(&o.path).or_default().push((o.start, o.end, i));
+    }
+    for spans in by_path.values_mut() {
+        spans.sort_unstable();
+    }
+    let object_of = |path: Option<&String>, pc: u64| {
+        let spans = by_path.get(path?.as_str())?;
+        let (start, end, i) = spans[spans.partition_point(|s| s.0 <= pc).checked_sub(1)?];
+        (start <= pc && pc < end).then_some(i)
+    };
     let mut stacks = Vec::with_capacity(doc.stacks.len());
     for s in doc.stacks {
         let mut frames: Vec<Frame> = Vec::new();
@@ -213,12 +318,9 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         for jf in s.frames {
             let pc = unhex(&jf.pc)?;
             if !open {
-                let object = objects
-                    .iter()
-                    .position(|o| Some(&o.path) == jf.object.as_ref() && o.start <= pc && pc < o.end);
                 frames.push(Frame {
                     pc,
-                    object,
+                    object: object_of(jf.object.as_ref(), pc),
                     lines: Vec::new(),
                 });
             }
@@ -266,6 +368,141 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A seeded xorshift generator, so that a failure repeats.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    /// What a snapshot read from JSON holding `values` values may hold: no more stacks, frames
+    /// and objects than values, counts within bounds.
+    fn within_bounds(snap: &Snapshot, values: usize) {
+        let frames: usize = snap.stacks.iter().map(|s| s.frames.len()).sum();
+        assert!(snap.stacks.len() + frames + snap.objects.len() <= values);
+        assert!(snap.objects.len() <= MAX_OBJECTS);
+        assert!(snap.live_bytes().unsigned_abs() <= MAX_TOTAL.unsigned_abs());
+        assert!(snap.live_blocks().unsigned_abs() <= MAX_TOTAL.unsigned_abs());
+        for s in &snap.stacks {
+            for f in &s.frames {
+                assert!(f.object.is_none_or(|o| o < snap.objects.len()));
+            }
+            // What `dmem diff` does with each stack.
+            let _ = snap.stack_key(s);
+        }
+    }
+
+    /// Seeded mutations of a real snapshot's JSON (bytes changed to JSON's own characters or
+    /// any, cut, inserted, a piece copied elsewhere so that values nest and repeat): every
+    /// one reads to a snapshot within bounds or to one line saying why not, never a panic.
+    #[test]
+    fn mutated_snapshots_read_to_an_answer_within_bounds() {
+        let mut text = Vec::new();
+        write(&crate::model::snapshot::tests::sample(), &mut text).unwrap();
+        let alphabet = b"{}[]\",:0123456789-+.eE \\tnul";
+        let mut rng = Rng(0x6a09_e667_f3bc_c908);
+        let (mut read_ok, mut refused) = (0, 0);
+        for _ in 0..20_000 {
+            let mut b = text.clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(b.len());
+                match rng.below(5) {
+                    0 => b[at] = alphabet[rng.below(alphabet.len())],
+                    1 => b[at] = rng.next() as u8,
+                    2 => b.truncate(at.max(1)),
+                    3 => b.insert(at, alphabet[rng.below(alphabet.len())]),
+                    _ => {
+                        let from = rng.below(b.len());
+                        let piece: Vec<u8> = b[from..(from + rng.below(200)).min(b.len())].to_vec();
+                        let at = rng.below(b.len());
+                        b.splice(at..at, piece);
+                    }
+                }
+            }
+            match read(&b) {
+                Ok(snap) => {
+                    within_bounds(&snap, values(&b));
+                    read_ok += 1;
+                }
+                Err(why) => {
+                    assert!(!why.contains('\n') && !why.is_empty(), "{why:?}");
+                    refused += 1;
+                }
+            }
+        }
+        // The mutations reach both ends: some still read, most are refused.
+        assert!(
+            read_ok > 500 && refused > 5_000,
+            "{read_ok} read, {refused} refused"
+        );
+    }
+
+    /// The bounds, each at its edge: size, values, nesting, objects, counts and time; and a
+    /// file of many objects and frames is read in time linear in them.
+    #[test]
+    fn what_exceeds_a_bound_is_refused_in_one_line() {
+        let refused = |data: &[u8], want: &str| {
+            let why = read(data)
+                .err()
+                .unwrap_or_else(|| panic!("read, wanted {want:?}"));
+            assert!(why.contains(want) && !why.contains('\n'), "{why}");
+        };
+        let mut big = vec![b' '; MAX_BYTES + 1];
+        big[0] = b'{';
+        refused(&big, "256 MiB");
+        drop(big);
+        let mut many = b"[".to_vec();
+        for _ in 0..=MAX_VALUES {
+            many.extend_from_slice(b"\"\",");
+        }
+        refused(&many, "more than 4194304 JSON");
+        drop(many);
+        // Nesting deeper than serde_json's limit is refused, not a stack overflow.
+        refused(&b"[".repeat(100_000), "not a dmem JSON snapshot");
+        let doc = |stacks: &str, objects: &str, time: &str| {
+            format!(
+                r#"{{"time":{time},"live_bytes":0,"live_blocks":0,"objects":[{objects}],"stacks":[{stacks}]}}"#
+            )
+        };
+        let stack = |bytes: i64, blocks: i64| format!(r#"{{"bytes":{bytes},"blocks":{blocks},"frames":[]}}"#);
+        assert!(read(doc(&stack(64, 1), "", "1").as_bytes()).is_ok());
+        assert!(read(doc(&stack(-64, -1), "", "1").as_bytes()).is_ok());
+        refused(
+            doc(&stack(-MAX_TOTAL - 1, 1), "", "1").as_bytes(),
+            "counts must be",
+        );
+        let two = [stack(MAX_TOTAL, 1), stack(MAX_TOTAL, 1)].join(",");
+        refused(doc(&two, "", "1").as_bytes(), "in all too");
+        refused(doc("", "", "1e300").as_bytes(), "no time");
+        let object = |i: usize| {
+            format!(
+                r#"{{"path":"/lib/x.so","build_id":"","start":"{:#x}","end":"{:#x}","file_offset":"0x0"}}"#,
+                i * 0x1000,
+                i * 0x1000 + 0x1000
+            )
+        };
+        let objects: Vec<String> = (0..=MAX_OBJECTS).map(object).collect();
+        refused(doc("", &objects.join(","), "1").as_bytes(), "mapped objects");
+        // As many objects of one path as allowed, and as many frames: each frame finds its own.
+        let n = MAX_OBJECTS;
+        let frames: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"pc":"{:#x}","object":"/lib/x.so"}}"#, i * 0x1000 + 8))
+            .collect();
+        let one = format!(r#"{{"bytes":1,"blocks":1,"frames":[{}]}}"#, frames.join(","));
+        let snap = read(doc(&one, &objects[..n].join(","), "1").as_bytes()).unwrap();
+        let found: Vec<Option<usize>> = snap.stacks[0].frames.iter().map(|f| f.object).collect();
+        assert!(found.iter().enumerate().all(|(i, o)| *o == Some(i)));
+    }
 
     #[test]
     fn a_snapshot_reads_back_as_written() {

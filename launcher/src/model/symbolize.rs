@@ -103,7 +103,19 @@ impl Symbolizer {
         let key = local.exe.clone().unwrap_or_else(|| path.to_path_buf());
         self.objects
             .entry(key)
-            .or_insert_with(|| Object::open(path, &local).map(Rc::new))
+            .or_insert_with(|| {
+                if local.withheld {
+                    // Once per object, when its first frame is named.
+                    eprintln!(
+                        "dmem: warning: user {} may not read {}, so its frames show as {}+offset",
+                        crate::sys::acting_for().map_or_else(|| "?".to_owned(), |u| u.to_string()),
+                        crate::cli::show(path),
+                        path.file_name()
+                            .map_or_else(|| crate::cli::show(path), crate::cli::show),
+                    );
+                }
+                Object::open(path, &local).map(Rc::new)
+            })
             .clone()
     }
 

@@ -21,6 +21,9 @@ pub struct Local {
     /// The object's segments as the target's own copy of its ELF headers gives them: where no
     /// file matched, enough to lay out its data (roots) and translate its addresses.
     pub headers: Option<ElfObject>,
+    /// Whether the file is left unread because the user on whose behalf the process is read
+    /// may not read it (see `Mappings::of_process`): its frames are `file+offset`.
+    pub withheld: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,7 +124,46 @@ impl Mappings {
                 }
             }
         }
+        if crate::sys::acting_for().is_some() {
+            maps.withhold_unreadable();
+        }
         Ok(maps)
+    }
+
+    /// Read on a user's behalf (`sys::with_file_rights_of`): leaves out every mapped file that
+    /// user may not read, so that it is shown as `file+offset` rather than named from a file
+    /// the user could not have opened. The user must be able to look the path up (a file in a
+    /// directory closed to it is refused even if the file itself is not), and to open the very
+    /// file mapped (through `map_files`, whose open the kernel checks against the file's own
+    /// permissions for this thread's file system user), or the file at the path where the links
+    /// cannot be followed. A file deleted since it was mapped has no path to look up: its own
+    /// permissions decide.
+    fn withhold_unreadable(&mut self) {
+        let denied =
+            |r: std::io::Result<()>| r.is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+        for path in self
+            .files()
+            .into_iter()
+            .map(Path::to_path_buf)
+            .collect::<Vec<_>>()
+        {
+            let file = match self.local.get(&path) {
+                Some(l) => l.exe.clone(),
+                None => Some(path.clone()),
+            };
+            let Some(file) = file else { continue };
+            let refused = denied(std::fs::metadata(&path).map(drop))
+                || denied(crate::sys::open_regular(&file).map(drop));
+            if refused {
+                self.local.insert(
+                    path,
+                    Local {
+                        withheld: true,
+                        ..Local::default()
+                    },
+                );
+            }
+        }
     }
 
     /// The file to read the object mapped as `path` from: the one that matched its build id,
