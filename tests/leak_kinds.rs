@@ -1,0 +1,164 @@
+//! `dmem leaks` shows by default what valgrind shows by default, and its exit status follows
+//! `--errors-for-leak-kinds` as valgrind's `--error-exitcode` does. valgrind (3.19) is the
+//! oracle, on the bare program: its XML's loss records by kind, and its exit status with the
+//! same options. The launcher reads a core of the same program, left by `abort-shutdown`.
+
+mod common;
+#[path = "common/valgrind.rs"]
+mod valgrind;
+
+use common::{dmem, fixture, have_tool, lib_path, make_core, output, scratch_dir, text};
+use std::path::Path;
+use std::process::Command;
+
+/// valgrind's `<error>`s of a leak, as (kind, leaked blocks), sorted.
+fn loss_records(xml: &str) -> Vec<(String, u64)> {
+    let tag = |chunk: &str, t: &str| -> Option<String> {
+        let open = format!("<{t}>");
+        let start = chunk.find(&open)? + open.len();
+        let end = chunk[start..].find(&format!("</{t}>"))? + start;
+        Some(chunk[start..end].trim().to_owned())
+    };
+    let mut out: Vec<(String, u64)> = xml
+        .split("<error>")
+        .skip(1)
+        .filter_map(|e| {
+            let kind = tag(e, "kind")?;
+            let blocks = tag(e, "leakedblocks")?.parse().ok()?;
+            kind.starts_with("Leak_").then_some((kind, blocks))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `valgrind --leak-check=full --xml=yes EXTRA prog` on the bare program: its XML and status.
+fn valgrind_xml(dir: &Path, prog: &Path, extra: &[&str]) -> (String, Option<i32>) {
+    let xml = dir.join(format!("vg{}.xml", extra.join("").replace(['-', '=', ','], "")));
+    let out = output(
+        Command::new("valgrind")
+            .args(["--leak-check=full", "--xml=yes"])
+            .arg(format!("--xml-file={}", xml.display()))
+            .args(extra)
+            .arg(prog)
+            .env_clear(),
+    );
+    let doc = std::fs::read_to_string(&xml)
+        .unwrap_or_else(|e| panic!("valgrind's XML: {e}\n{}", text(&out.stderr)));
+    (doc, out.status.code())
+}
+
+/// A fixture with definitely and indirectly lost and still reachable blocks, and none possibly
+/// lost (so that one class's errors find nothing): its core, made once.
+fn cycle_core(test: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = scratch_dir(test);
+    let prog = fixture("leakclass_cycle");
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
+    (dir, prog, core)
+}
+
+#[test]
+fn a_core_shows_valgrinds_default_records() {
+    if !have_tool("valgrind") {
+        return;
+    }
+    let (dir, prog, core) = cycle_core("leak_kinds_default");
+    let (vg, _) = valgrind_xml(&dir, &prog, &[]);
+    let want = loss_records(&vg);
+    // The fixture's leaks as it describes them, so that the comparison cannot be vacuous:
+    // valgrind lists its definitely lost records and not the indirectly lost or reachable ones.
+    assert!(
+        !want.is_empty() && want.iter().all(|(k, _)| k == "Leak_DefinitelyLost"),
+        "valgrind's default records: {want:?}"
+    );
+    assert_eq!(want.iter().map(|r| r.1).sum::<u64>(), 2, "{want:?}");
+
+    let xml = output(
+        dmem()
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core)
+            .args(["--format", "xml"]),
+    );
+    assert!(xml.status.success(), "{}", text(&xml.stderr));
+    assert_eq!(loss_records(&text(&xml.stdout)), want, "{}", text(&xml.stdout));
+
+    // The JSON lists the same blocks, and its totals still count every class, as valgrind's
+    // LEAK SUMMARY does.
+    let json = output(dmem().arg("leaks").arg(&prog).arg(&core).arg("--json"));
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let stacks = v["stacks"].as_array().unwrap();
+    let listed = |class: &str| -> u64 { stacks.iter().map(|s| s[class]["blocks"].as_u64().unwrap()).sum() };
+    assert_eq!(listed("definitely_lost"), 2, "{v}");
+    assert_eq!(listed("indirectly_lost") + listed("still_reachable"), 0, "{v}");
+    assert_eq!(v["show"], serde_json::json!(["definite", "possible"]), "{v}");
+    let summary = valgrind::summary(&prog, &[]);
+    for (k, key) in [
+        "definitely_lost",
+        "indirectly_lost",
+        "possibly_lost",
+        "still_reachable",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(v[key]["blocks"].as_u64(), Some(summary[k].0), "{key}: {v}");
+    }
+
+    // The text says what it leaves out, and lists the rest with the option.
+    let out = output(dmem().arg("leaks").arg(&prog).arg(&core));
+    let t = text(&out.stdout);
+    assert!(t.contains("not listed: indirectly lost, still reachable"), "{t}");
+    assert!(
+        !t.contains(" indirectly lost)") && !t.contains(" still reachable)"),
+        "{t}"
+    );
+    let all = text(
+        &output(
+            dmem()
+                .arg("leaks")
+                .arg(&prog)
+                .arg(&core)
+                .arg("--show-leak-kinds=all"),
+        )
+        .stdout,
+    );
+    assert!(
+        all.contains(" indirectly lost") && all.contains(" still reachable)"),
+        "{all}"
+    );
+    assert!(!all.contains("not listed"), "{all}");
+    // The former spelling still works.
+    let old = text(&output(dmem().arg("leaks").arg(&prog).arg(&core).args(["--show", "all"])).stdout);
+    assert_eq!(old, all);
+}
+
+#[test]
+fn the_exit_status_follows_errors_for_leak_kinds_as_valgrinds() {
+    if !have_tool("valgrind") {
+        return;
+    }
+    let (dir, prog, core) = cycle_core("leak_kinds_status");
+    let mut seen = Vec::new();
+    for kinds in [
+        None,
+        Some("possible"),
+        Some("indirect"),
+        Some("none"),
+        Some("reachable"),
+    ] {
+        let mut extra = vec!["--error-exitcode=7".to_owned()];
+        extra.extend(kinds.map(|k| format!("--errors-for-leak-kinds={k}")));
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (_, want) = valgrind_xml(&dir, &prog, &extra);
+        let got = output(dmem().arg("leaks").arg(&prog).arg(&core).args(&extra));
+        assert_eq!(got.status.code(), want, "{kinds:?}: {}", text(&got.stderr));
+        seen.push(want);
+    }
+    // Both outcomes were met, so the comparison can fail either way.
+    assert!(seen.contains(&Some(7)) && seen.contains(&Some(0)), "{seen:?}");
+    // Without --error-exitcode, leaks are no failure.
+    let plain = output(dmem().arg("leaks").arg(&prog).arg(&core));
+    assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
+}
