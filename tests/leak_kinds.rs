@@ -1,7 +1,9 @@
 //! `dmem leaks` shows by default what valgrind shows by default, and its exit status follows
-//! `--errors-for-leak-kinds` as valgrind's `--error-exitcode` does. valgrind (3.19) is the
-//! oracle, on the bare program: its XML's loss records by kind, and its exit status with the
-//! same options. The launcher reads a core of the same program, left by `abort-shutdown`.
+//! `--errors-for-leak-kinds` as valgrind's `--error-exitcode` does; and the frames of the XML,
+//! at exit and from a core, are named as valgrind names them (glibc's aliases, `(below main)`).
+//! valgrind (3.19) is the oracle, on the bare program: its XML's loss records by kind and their
+//! frames' `<fn>`, and its exit status with the same options. The launcher reads a core of the
+//! same program, left by `abort-shutdown`.
 
 mod common;
 #[path = "common/valgrind.rs"]
@@ -32,8 +34,41 @@ fn loss_records(xml: &str) -> Vec<(String, u64)> {
     out
 }
 
+/// The loss records of a valgrind XML document: kind, leaked blocks, and each frame of the
+/// stack as its `<fn>`, or `obj:OBJECT` without one; sorted.
+fn named_records(xml: &str) -> Vec<(String, u64, Vec<String>)> {
+    let tag = |chunk: &str, t: &str| -> Option<String> {
+        let open = format!("<{t}>");
+        let start = chunk.find(&open)? + open.len();
+        let end = chunk[start..].find(&format!("</{t}>"))? + start;
+        Some(chunk[start..end].trim().to_owned())
+    };
+    let mut out: Vec<(String, u64, Vec<String>)> = xml
+        .split("<error>")
+        .skip(1)
+        .filter_map(|e| {
+            let kind = tag(e, "kind").filter(|k| k.starts_with("Leak_"))?;
+            let blocks = tag(e, "leakedblocks")?.parse().ok()?;
+            let stack = tag(e, "stack")?;
+            let frames = stack
+                .split("<frame>")
+                .skip(1)
+                .map(|f| tag(f, "fn").unwrap_or_else(|| format!("obj:{}", tag(f, "obj").unwrap_or_default())))
+                .collect();
+            Some((kind, blocks, frames))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// `valgrind --leak-check=full --xml=yes EXTRA prog` on the bare program: its XML and status.
 fn valgrind_xml(dir: &Path, prog: &Path, extra: &[&str]) -> (String, Option<i32>) {
+    valgrind_xml_of(dir, prog, &[], extra)
+}
+
+/// As `valgrind_xml`, with the program's arguments.
+fn valgrind_xml_of(dir: &Path, prog: &Path, args: &[&str], extra: &[&str]) -> (String, Option<i32>) {
     let xml = dir.join(format!("vg{}.xml", extra.join("").replace(['-', '=', ','], "")));
     let out = output(
         Command::new("valgrind")
@@ -41,7 +76,9 @@ fn valgrind_xml(dir: &Path, prog: &Path, extra: &[&str]) -> (String, Option<i32>
             .arg(format!("--xml-file={}", xml.display()))
             .args(extra)
             .arg(prog)
-            .env_clear(),
+            .args(args)
+            .env_clear()
+            .stdout(std::process::Stdio::null()),
     );
     let doc = std::fs::read_to_string(&xml)
         .unwrap_or_else(|e| panic!("valgrind's XML: {e}\n{}", text(&out.stderr)));
@@ -161,4 +198,64 @@ fn the_exit_status_follows_errors_for_leak_kinds_as_valgrinds() {
     // Without --error-exitcode, leaks are no failure.
     let plain = output(dmem().arg("leaks").arg(&prog).arg(&core));
     assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
+}
+
+/// The exit report's XML of `prog args` (valgrind's default kinds).
+fn exit_xml(dir: &Path, prog: &Path, args: &[&str]) -> String {
+    let xml = dir.join("exit.xml");
+    let opts = format!("leak-report,report-format=xml,report-file={}", xml.display());
+    let out = output(
+        common::preloaded(prog, &opts, None)
+            .args(args)
+            .stdout(std::process::Stdio::null()),
+    );
+    std::fs::read_to_string(&xml).unwrap_or_else(|e| panic!("the exit report: {e}\n{}", text(&out.stderr)))
+}
+
+/// Every frame's `<fn>` (glibc's functions by the name valgrind prefers among their symbols,
+/// `(below main)` for those that run main) agrees with valgrind's on the same stacks: a fixture
+/// through strdup (`__GI___strdup`, `__strdup`, `strdup` at one address) and a constructor run
+/// by `__libc_start_main`, at exit and from its core; and iconv (`__GI___gconv_open`), a
+/// program from the machine, at exit.
+#[test]
+fn frames_are_named_as_valgrind_names_them() {
+    if !have_tool("valgrind") || !have_tool("iconv") {
+        return;
+    }
+    let dir = scratch_dir("leak_kinds_names");
+    let prog = fixture("vgsupp_aliases");
+    let (vg, _) = valgrind_xml(&dir, &prog, &[]);
+    let want = named_records(&vg);
+    let names: Vec<&str> = want.iter().flat_map(|r| r.2.iter().map(String::as_str)).collect();
+    for n in ["strdup", "(below main)", "__libc_start_main@@GLIBC_2.34"] {
+        assert!(names.contains(&n), "valgrind names no {n}: {want:?}");
+    }
+    let at_exit = named_records(&exit_xml(&dir, &prog, &[]));
+    assert_eq!(at_exit, want, "at exit");
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
+    let out = output(
+        dmem()
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core)
+            .args(["--format", "xml"]),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(named_records(&text(&out.stdout)), want, "from the core");
+
+    let iconv = common::which("iconv").expect("iconv");
+    let input = dir.join("accents.txt");
+    std::fs::write(&input, "Ça été très élégant: naïve façade, Straße, Œuvre.\n").unwrap();
+    let args = ["-f", "UTF-8", "-t", "ASCII//TRANSLIT", input.to_str().unwrap()];
+    let (vg, _) = valgrind_xml_of(&dir, &iconv, &args, &[]);
+    let want = named_records(&vg);
+    assert!(
+        want.iter().any(|r| r.2.iter().any(|f| f == "__gconv_open")),
+        "valgrind names no __gconv_open: {want:?}"
+    );
+    assert_eq!(
+        named_records(&exit_xml(&dir, &iconv, &args)),
+        want,
+        "iconv at exit"
+    );
 }
