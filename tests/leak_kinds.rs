@@ -259,3 +259,84 @@ fn frames_are_named_as_valgrind_names_them() {
         "iconv at exit"
     );
 }
+
+/// Build A of `a_sysroot_copy_gives_valgrinds_names`: a function with three names at one
+/// address, as glibc's are; valgrind shows the shortest, `mk`.
+const ALIASED_A: &str = r#"
+#include <stdlib.h>
+void *volatile keep;
+__attribute__((noinline)) void *internal_make_block(int n) {
+    char *p = malloc(n);
+    p[0] = 1;
+    return p;
+}
+extern void *mk(int n) __attribute__((alias("internal_make_block")));
+extern void *make_block(int n) __attribute__((alias("internal_make_block")));
+int main(void) {
+    keep = make_block(40);
+    keep = 0;
+    return 0;
+}
+"#;
+
+/// Build B, at the same path since the core: none of A's names.
+const ALIASED_B: &str = "int main(void) { return 0; }\n";
+
+fn gcc(src: &str, dir: &Path, out: &Path) {
+    let c = dir.join("src.c");
+    std::fs::write(&c, src).unwrap();
+    let _ = std::fs::remove_file(out);
+    let o = output(
+        Command::new("gcc")
+            .args(["-O0", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o"])
+            .arg(out)
+            .arg(&c),
+    );
+    assert!(o.status.success(), "gcc: {}", text(&o.stderr));
+}
+
+/// A core read with `--sysroot`, the file at the mapped path rebuilt since: the names a
+/// function's address has, and the one valgrind shows, come from the sysroot's copy of the
+/// build that ran, the file the frames are named from, not from the file now at the path.
+#[test]
+fn a_sysroot_copy_gives_valgrinds_names() {
+    if !have_tool("valgrind") || !have_tool("gcc") {
+        return;
+    }
+    let dir = scratch_dir("leak_kinds_sysroot");
+    let prog = dir.join("prog");
+    gcc(ALIASED_A, &dir, &prog);
+    let root = dir.join("customer");
+    let place = root.join(dir.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&place).unwrap();
+    std::fs::copy(&prog, place.join("prog")).unwrap();
+    let (vg, _) = valgrind_xml(&dir, &prog, &[]);
+    let want = named_records(&vg);
+    assert!(
+        want.iter().any(|r| r.2.iter().any(|f| f == "mk")),
+        "valgrind's name for the function: {want:?}"
+    );
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
+    gcc(ALIASED_B, &dir, &prog);
+    let out = output(
+        dmem()
+            .arg("--sysroot")
+            .arg(&root)
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core)
+            .args(["--format", "xml"]),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(named_records(&text(&out.stdout)), want, "{}", text(&out.stderr));
+    // The text shows the same name.
+    let out = output(
+        dmem()
+            .arg("--sysroot")
+            .arg(&root)
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core),
+    );
+    assert!(text(&out.stdout).contains(" mk+0x"), "{}", text(&out.stdout));
+}
