@@ -99,21 +99,32 @@ fn values<'r>(r: &'r Record, tag: &'r str) -> impl Iterator<Item = &'r str> + 'r
         .map(|(_, v)| v.as_str())
 }
 
+/// The exit report's option and the launcher's arguments for `show-leak-kinds=kinds`, or
+/// nothing for each side's default.
+fn kinds_args(kinds: Option<&str>) -> (String, Vec<String>) {
+    match kinds {
+        Some(k) => (
+            format!("show-leak-kinds={k},"),
+            vec![format!("--show-leak-kinds={k}")],
+        ),
+        None => (String::new(), Vec::new()),
+    }
+}
+
 /// Runs `name` once, and returns its exit report's records and the launcher's records from the
-/// core of that run.
-fn both(name: &str) -> (Vec<Record>, Vec<Record>) {
-    let dir = scratch_dir(&format!("exit_vs_core_{name}"));
+/// core of that run, both listing `kinds` (None: each one's default).
+fn both(name: &str, kinds: Option<&str>) -> (Vec<Record>, Vec<Record>) {
+    let dir = scratch_dir(&format!("exit_vs_core_{name}_{}", kinds.unwrap_or("default")));
     let prog = fixture(name);
     let exit_xml = dir.join("exit.xml");
+    let (opt, args) = kinds_args(kinds);
     let opts = format!(
-        "leak-report,leak-show=all,gen-suppressions,report-format=xml,report-file={},abort-shutdown",
+        "leak-report,{opt}gen-suppressions,report-format=xml,report-file={},abort-shutdown",
         exit_xml.display()
     );
     let core = make_core(&dir, &prog, &[], &opts, &lib_path());
     let at_exit = std::fs::read_to_string(&exit_xml).expect("the exit report's file");
-    let out = output(dmem().arg("leaks").arg(&prog).arg(&core).args([
-        "--show",
-        "all",
+    let out = output(dmem().arg("leaks").arg(&prog).arg(&core).args(&args).args([
         "--gen-suppressions",
         "--limit",
         "0",
@@ -240,13 +251,18 @@ fn launcher_text(report: &str) -> (String, BTreeMap<Lines, Row>) {
 }
 
 /// Runs `name` once more, with the text report, and compares it with `dmem leaks`' text on the
-/// core of that run: the summary, and every stack's lines, classes, blocks and bytes.
-fn same_text(name: &str) {
-    let dir = scratch_dir(&format!("exit_vs_core_text_{name}"));
+/// core of that run: the summary, and every stack's lines, classes, blocks and bytes, both
+/// listing `kinds` (None: each one's default).
+fn same_text(name: &str, kinds: Option<&str>) {
+    let dir = scratch_dir(&format!(
+        "exit_vs_core_text_{name}_{}",
+        kinds.unwrap_or("default")
+    ));
     let prog = fixture(name);
     let exit_txt = dir.join("exit.txt");
+    let (opt, args) = kinds_args(kinds);
     let opts = format!(
-        "leak-report,leak-show=all,report-file={},abort-shutdown",
+        "leak-report,{opt}report-file={},abort-shutdown",
         exit_txt.display()
     );
     let core = make_core(&dir, &prog, &[], &opts, &lib_path());
@@ -256,7 +272,8 @@ fn same_text(name: &str) {
             .arg("leaks")
             .arg(&prog)
             .arg(&core)
-            .args(["--show", "all", "--limit", "0"]),
+            .args(&args)
+            .args(["--limit", "0"]),
     );
     assert!(out.status.success(), "dmem leaks: {}", text(&out.stderr));
     let from_core = text(&out.stdout);
@@ -297,7 +314,7 @@ fn record_with<'r>(rs: &'r [Record], kind: &str, function: &str) -> &'r Record {
 
 #[test]
 fn a_c_program_at_o2_with_a_function_named_f_and_inlined_callers() {
-    let (at_exit, from_core) = both("exit_vs_core");
+    let (at_exit, from_core) = both("exit_vs_core", Some("all"));
     assert_same("exit_vs_core", &at_exit, &from_core);
     // What the fixture leaves, so that the two cannot agree on nothing or on the same mistake.
     let src = "exit_vs_core.c";
@@ -329,12 +346,12 @@ fn a_c_program_at_o2_with_a_function_named_f_and_inlined_callers() {
     );
     record_with(&at_exit, "Leak_PossiblyLost", "inner_make");
     record_with(&at_exit, "Leak_StillReachable", "f");
-    same_text("exit_vs_core");
+    same_text("exit_vs_core", Some("all"));
 }
 
 #[test]
 fn a_cpp_program_at_o2_with_templates_constructors_and_arrays() {
-    let (at_exit, from_core) = both("exit_vs_core_cxx");
+    let (at_exit, from_core) = both("exit_vs_core_cxx", Some("all"));
     assert_same("exit_vs_core_cxx", &at_exit, &from_core);
     let pool = record_with(
         &at_exit,
@@ -359,15 +376,32 @@ fn a_cpp_program_at_o2_with_templates_constructors_and_arrays() {
     );
     record_with(&at_exit, "Leak_IndirectlyLost", "shop::Widget::Widget(long)");
     record_with(&at_exit, "Leak_StillReachable", "shop::Widget::Widget(long)");
-    same_text("exit_vs_core_cxx");
+    same_text("exit_vs_core_cxx", Some("all"));
 }
 
 #[test]
 fn older_fixtures_at_o0_and_with_template_names() {
     for name in ["leakclass_cycle", "leak_supp_tpl"] {
-        let (at_exit, from_core) = both(name);
+        let (at_exit, from_core) = both(name, Some("all"));
         assert!(!at_exit.is_empty(), "{name}: no records at exit");
         assert_same(name, &at_exit, &from_core);
-        same_text(name);
+        same_text(name, Some("all"));
     }
+}
+
+/// With no option on either side, both list what valgrind lists by default (definitely and
+/// possibly lost) and agree record for record; the summaries still count every class. The
+/// fixture leaves blocks of all four classes.
+#[test]
+fn by_default_both_list_what_valgrind_lists() {
+    let (at_exit, from_core) = both("exit_vs_core", None);
+    assert_same("exit_vs_core", &at_exit, &from_core);
+    let kinds: std::collections::BTreeSet<&str> = at_exit.iter().flat_map(|r| values(r, "kind")).collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["Leak_DefinitelyLost", "Leak_PossiblyLost"],
+        "the classes listed by default"
+    );
+    record_with(&at_exit, "Leak_DefinitelyLost", "orphan_list");
+    same_text("exit_vs_core", None);
 }

@@ -681,7 +681,8 @@ fn folded_leaks_and_addresses_read_alike() {
     let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
     let folded = dir.join("leaks.folded");
     let cmds = [
-        "dmem leaks --json --limit 0".to_owned(),
+        // The lost classes, which `folded --leaks` writes.
+        "dmem leaks --json --limit 0 --show-leak-kinds=definite,indirect,possible".to_owned(),
         format!("dmem folded --leaks {}", folded.display()),
         format!("dmem whatis --json {hidden}"),
         format!("dmem why --json {hidden}"),

@@ -15,12 +15,16 @@ use std::path::{Path, PathBuf};
 /// XORed into the fixtures' hidden pointers, so a scan does not see them.
 const HIDE: &str = "0x5a5a5a5a5a5a5a5a";
 
+/// `dmem leaks`' option for every lost class, which the exit reports here list.
+const LOST: &str = "--show-leak-kinds=definite,indirect,possible";
+
 /// Runs fixture `name` preloaded with the exit report and abort-shutdown; returns the scratch
 /// directory, the core and the report.
 fn core_and_report(test: &str, name: &str) -> (PathBuf, PathBuf, String) {
     let dir = scratch_dir(test);
     let report = dir.join("report.txt");
-    // Every lost class listed, as the gdb side and `dmem leaks` list them.
+    // Every lost class listed, as `dmem leaks` lists them with `LOST` (by default it lists
+    // valgrind's default, definitely and possibly lost).
     let opts = format!(
         "leak-report,abort-shutdown,show-leak-kinds=definite,indirect,possible,report-file={}",
         report.display()
@@ -182,7 +186,10 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
         &dir,
         "leak_list",
         &core,
-        &["dmem leaks --json --limit 0", "dmem leaks"],
+        &[
+            &format!("dmem leaks --json --limit 0 {LOST}"),
+            &format!("dmem leaks {LOST}"),
+        ],
         &[],
     );
     let (totals, groups) = parse_leaks_json(s.out(0));
@@ -219,7 +226,7 @@ fn list_fixture_exact_counts_agreeing_with_the_exit_report() {
             .arg("leaks")
             .arg(fixture("leak_list"))
             .arg(&core)
-            .args(["--json", "--limit", "0"]),
+            .args(["--json", "--limit", "0", LOST]),
     );
     assert!(out.status.success(), "{}", common::text(&out.stderr));
     assert_eq!(
@@ -342,8 +349,9 @@ fn cxx_types_and_member_histogram() {
         return;
     }
     let (dir, core, report) = core_and_report("leaks_cxx", "leak_cxx");
+    let leaks = format!("dmem leaks --json --limit 0 {LOST}");
     let cmds = [
-        "dmem leaks --json --limit 0",
+        leaks.as_str(),
         "dmem types --leaks --json",
         "dmem types --json",
         "dmem words --vtable A --offset 8 --type u64 --json",

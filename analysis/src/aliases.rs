@@ -8,15 +8,15 @@
 //! left out, a versioned one over an unversioned one of that length, else the first in byte
 //! order. Its suppressions are matched against, and generated with, that name alone.
 //!
-//! So a frame here matches a `fun:` line by any name its address has (whatever the symboliser
-//! chose, and whatever valgrind prefers), and a generated suppression names it as valgrind
-//! does. The tables are read once per object, when suppressions or valgrind's XML first ask,
-//! never on the allocation path.
+//! So a frame here is shown by the name valgrind prefers, matches a `fun:` line by any name its
+//! address has (whatever the symboliser chose, and whatever valgrind prefers), and a generated
+//! suppression names it as valgrind does. A table is built by `symbolize::Debug` from the
+//! symbols of the very files it names frames from (the mapped object, or the copy of its build
+//! a core's reader found by `--sysroot`, build id or debuginfod, and its debug file), in the
+//! same pass that reads their sizes; never on the allocation path.
 
-use object::{Object, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One object's functions that have more than one name: each such name to all the names of its
 /// address, valgrind's preferred one first. A name that stands alone is not kept (it is its own
@@ -28,7 +28,9 @@ pub struct Table {
 }
 
 impl Table {
-    /// The table of the symbols given as (address, size, name) of function symbols.
+    /// The table of the symbols given as (address, size, name) of function symbols: valgrind
+    /// reads functions and indirect functions of any binding, of non-zero size, from `.symtab`
+    /// and `.dynsym`.
     pub fn new(mut syms: Vec<(u64, u64, String)>) -> Table {
         syms.sort();
         syms.dedup();
@@ -58,32 +60,6 @@ impl Table {
         Table { by_name }
     }
 
-    /// The function symbols of the ELF files at `paths` (an object and its debug file), as
-    /// valgrind reads them: functions and indirect functions of any binding, of non-zero size.
-    pub fn read(paths: &[PathBuf]) -> Table {
-        let mut syms = Vec::new();
-        for p in paths {
-            let Ok(file) = std::fs::File::open(p) else {
-                continue;
-            };
-            let cache = object::read::ReadCache::new(file);
-            let Ok(obj) = object::read::File::parse(&cache) else {
-                continue;
-            };
-            for s in obj.symbols().chain(obj.dynamic_symbols()) {
-                if s.kind() != SymbolKind::Text || s.size() == 0 || !s.is_definition() {
-                    continue;
-                }
-                if let Ok(name) = s.name() {
-                    if !name.is_empty() {
-                        syms.push((s.address(), s.size(), name.to_owned()));
-                    }
-                }
-            }
-        }
-        Table::new(syms)
-    }
-
     /// Every name of the function named `name`, valgrind's first; None when it has no other.
     pub fn names(&self, name: &str) -> Option<Arc<[String]>> {
         self.by_name.get(name).cloned()
@@ -99,45 +75,6 @@ fn order(a: &str, b: &str) -> std::cmp::Ordering {
         .cmp(&unversioned(b))
         .then_with(|| b.contains('@').cmp(&a.contains('@')))
         .then_with(|| a.cmp(b))
-}
-
-/// The ELF files whose symbols describe the object at `path`: the object and the detached debug
-/// file its build id names under `/usr/lib/debug/.build-id`, where Debian's `-dbg` and
-/// `-dbgsym` packages put them (and valgrind looks).
-fn files_of(path: &Path) -> Vec<PathBuf> {
-    let mut out = vec![path.to_path_buf()];
-    let id = std::fs::File::open(path).ok().and_then(|f| {
-        let cache = object::read::ReadCache::new(f);
-        let obj = object::read::File::parse(&cache).ok()?;
-        obj.build_id().ok().flatten().map(<[u8]>::to_vec)
-    });
-    if let Some(id) = id.filter(|id| id.len() > 1) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let debug = PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &hex[..2],
-            &hex[2..]
-        ));
-        if debug.is_file() {
-            out.push(debug);
-        }
-    }
-    out
-}
-
-/// Each object's table, read once per process.
-static TABLES: Mutex<Option<HashMap<PathBuf, Arc<Table>>>> = Mutex::new(None);
-
-/// The table of the object at `path` (as the process mapped it), read on first use.
-pub fn table(path: &Path) -> Arc<Table> {
-    let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-    let tables = tables.get_or_insert_with(HashMap::new);
-    if let Some(t) = tables.get(path) {
-        return t.clone();
-    }
-    let t = Arc::new(Table::read(&files_of(path)));
-    tables.insert(path.to_path_buf(), t.clone());
-    t
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// One frame of a symbolised stack. An address inside inlined code gives several frames with
 /// the same `pc`: the inlined functions innermost first, then the function they were inlined
@@ -29,6 +30,10 @@ pub struct Frame {
     pub object: Option<Rc<Path>>,
     /// This frame was inlined into the next one.
     pub inlined: bool,
+    /// Every name the function's address has in its object's symbol tables, valgrind's
+    /// preferred one first, when it has more than one (`aliases`); set where the frame was
+    /// named, from the files it was named from.
+    pub names: Option<Arc<[String]>>,
 }
 
 impl Frame {
@@ -78,6 +83,7 @@ impl Frame {
             line: None,
             object,
             inlined: false,
+            names: None,
         }
     }
 
@@ -121,9 +127,8 @@ impl Frame {
     }
 
     /// The names of this frame's function in its object's symbol tables, when it has several.
-    fn aliases(&self) -> Option<std::sync::Arc<[String]>> {
-        let object = self.object.as_deref()?;
-        crate::aliases::table(object).names(self.symbol.as_deref()?)
+    fn aliases(&self) -> Option<Arc<[String]>> {
+        self.names.clone()
     }
 
     /// The source file without its directory, and the directory, as valgrind's XML splits them.

@@ -10,6 +10,7 @@
 //! or the copy of a core's build) and where it was loaded; both then give this module the
 //! object's files and the address to look up.
 
+use crate::aliases::Table;
 use crate::frame::{inlined_symbol, Frame};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -22,6 +23,9 @@ pub struct Debug {
     /// The functions and objects of both files' symbol tables that have a size, as (address,
     /// size), sorted.
     sized: Vec<(u64, u64)>,
+    /// The functions of both files' symbol tables that have several names, each with valgrind's
+    /// preferred one.
+    names: Table,
 }
 
 impl Debug {
@@ -38,12 +42,19 @@ impl Debug {
             return None;
         }
         let mut sized = Vec::new();
+        let mut functions = Vec::new();
         for f in [file, detached.as_deref()].into_iter().flatten() {
-            sized_symbols(f, &mut sized);
+            sized_symbols(f, &mut sized, &mut functions);
         }
         sized.sort_unstable();
         sized.dedup();
-        Some(Debug { own, debug, sized })
+        let names = Table::new(functions);
+        Some(Debug {
+            own,
+            debug,
+            sized,
+            names,
+        })
     }
 
     /// Whether a function or object of the symbol tables starts at `addr` and covers `probe`.
@@ -112,6 +123,7 @@ impl Debug {
                 }
                 // A function by its symbol, mangled, as valgrind names it.
                 last.symbol = Some(sym.name().to_owned());
+                self.name_as_valgrind(last);
             }
         } else {
             let mut fr = Frame::bare(pc, object);
@@ -119,10 +131,22 @@ impl Debug {
                 fr.function = Some(demangle(sym.name()));
                 fr.symbol = Some(sym.name().to_owned());
                 fr.offset = Some(probe + 1 - sym.address());
+                self.name_as_valgrind(&mut fr);
             }
             out.push(fr);
         }
         out
+    }
+
+    /// Gives a function's frame (not an inlined one) all the names its symbol's address has and
+    /// valgrind's name to show, whichever the symbol table lookup or the DWARF chose
+    /// (`__GI___strdup`, `__strdup` for `strdup`). The offset stays right: every name of the
+    /// group starts at the same address.
+    fn name_as_valgrind(&self, f: &mut Frame) {
+        f.names = f.symbol.as_deref().and_then(|s| self.names.names(s));
+        if let Some(names) = &f.names {
+            f.function = Some(demangle(&names[0]));
+        }
     }
 }
 
@@ -148,8 +172,9 @@ pub fn in_debug_tree(root: &Path, id: &str) -> Option<PathBuf> {
 }
 
 /// Adds the (address, size) of every function and object with a size in the symbol tables of the
-/// ELF file at `path` to `out`.
-fn sized_symbols(path: &Path, out: &mut Vec<(u64, u64)>) {
+/// ELF file at `path` to `out`, and the (address, size, name) of every defined function with a
+/// size to `functions` (the symbols valgrind merges into one function, `aliases`).
+fn sized_symbols(path: &Path, out: &mut Vec<(u64, u64)>, functions: &mut Vec<(u64, u64, String)>) {
     use object::{Object, ObjectSymbol, SymbolKind};
     let Ok(file) = std::fs::File::open(path) else {
         return;
@@ -161,6 +186,12 @@ fn sized_symbols(path: &Path, out: &mut Vec<(u64, u64)>) {
     for s in elf.symbols().chain(elf.dynamic_symbols()) {
         if matches!(s.kind(), SymbolKind::Text | SymbolKind::Data) && s.size() > 0 {
             out.push((s.address(), s.size()));
+        }
+        if s.kind() == SymbolKind::Text && s.size() > 0 && s.is_definition() {
+            match s.name() {
+                Ok(name) if !name.is_empty() => functions.push((s.address(), s.size(), name.to_owned())),
+                _ => {}
+            }
         }
     }
 }
@@ -178,6 +209,29 @@ pub fn build_id(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// glibc's strdup has three names at one address and its DWARF calls it `__GI___strdup`:
+    /// the frame is shown as valgrind shows it, and carries every name for suppressions.
+    #[test]
+    fn a_glibc_alias_is_shown_by_valgrinds_name() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let detached = || in_debug_tree(Path::new("/"), &build_id(libc)?);
+        let Some(d) = Debug::open(Some(libc), detached).filter(|_| libc.is_file()) else {
+            return;
+        };
+        let addr = {
+            use object::{Object, ObjectSymbol};
+            let data = std::fs::read(libc).unwrap();
+            let elf = object::File::parse(&*data).unwrap();
+            let sym = elf.dynamic_symbols().find(|s| s.name() == Ok("__strdup"));
+            sym.expect("libc's __strdup").address()
+        };
+        let f = d.frames(0x1000, addr + 4, None).pop().unwrap();
+        assert_eq!(f.function.as_deref(), Some("strdup"), "{f:?}");
+        let names = f.names.expect("strdup's names");
+        assert_eq!(names[0], "strdup");
+        assert!(names.iter().any(|n| n == "__strdup"), "{names:?}");
+    }
 
     #[test]
     fn a_c_name_is_not_read_as_a_cpp_type() {

@@ -157,7 +157,13 @@ fn frame(x: &mut String, f: &Frame) {
         let _ = writeln!(x, "      <obj>{}</obj>", markup(&o.to_string_lossy()));
     }
     if let Some(name) = &f.function {
-        let _ = writeln!(x, "      <fn>{}</fn>", markup(name));
+        // valgrind's name for the frames that run `main`, as its XML writes them.
+        let below = f.valgrind_name() == "(below main)";
+        let _ = writeln!(
+            x,
+            "      <fn>{}</fn>",
+            markup(if below { "(below main)" } else { name })
+        );
     }
     if let Some((dir, file)) = f.file_parts() {
         if let Some(d) = dir {

@@ -307,10 +307,19 @@ pub struct FoldedArgs {
 pub struct LeaksArgs {
     #[command(flatten)]
     pub image: ImageArgs,
-    /// The classes to list, comma- or +-separated: definite, indirect, possible, reachable or
-    /// all (default definite,indirect,possible; the total line gives all four)
-    #[arg(long, value_name = "LIST", value_parser = parse_show)]
+    /// The classes to list, as valgrind's --show-leak-kinds: definite, indirect, possible,
+    /// reachable, comma- or +-separated, or all or none (default definite,possible, as
+    /// valgrind's; the total line counts all four). --show is the former name
+    #[arg(long = "show-leak-kinds", alias = "show", value_name = "LIST", value_parser = parse_kinds)]
     pub show: Option<Classes>,
+    /// The classes that make the exit status --error-exitcode's, as valgrind's
+    /// --errors-for-leak-kinds: the words of --show-leak-kinds (default definite,possible)
+    #[arg(long = "errors-for-leak-kinds", value_name = "LIST", value_parser = parse_kinds)]
+    pub errors_for: Option<Classes>,
+    /// Exit with status N (1-255) when blocks of the classes --errors-for-leak-kinds names are
+    /// found that no suppression matches, as valgrind's --error-exitcode (default: exit 0)
+    #[arg(long = "error-exitcode", alias = "leak-exitcode", value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    pub error_exitcode: Option<u8>,
     /// Leave out the blocks a suppression in FILE matches: LeakSanitizer's leak:PATTERN lines
     /// or valgrind's Memcheck:Leak blocks; may be given more than once. The total counts them
     /// as suppressed
@@ -396,6 +405,15 @@ pub fn parse_show(s: &str) -> Result<Classes, String> {
         Err("") => Err(format!("needs at least one of {}", Class::WORDS)),
         Err(w) => Err(format!("'{w}' is not a leak class: {}", Class::WORDS)),
     }
+}
+
+/// A leak-kinds list as valgrind's --show-leak-kinds and --errors-for-leak-kinds take it: the
+/// words of `parse_show`, or none.
+pub fn parse_kinds(s: &str) -> Result<Classes, String> {
+    if s == "none" {
+        return Ok(Classes(Vec::new()));
+    }
+    parse_show(s).map_err(|e| e.replace(" or all", ", all or none"))
 }
 
 /// The analysis commands under one name: dmem report IMAGE [SUBCOMMAND ARGS...]

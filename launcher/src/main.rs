@@ -131,7 +131,7 @@ fn dispatch(command: cli::Command) -> Result<i32> {
         }
         Stats(a) => print(commands::heap::stats(a)),
         Folded(a) => print(commands::leaks::folded(a)),
-        Leaks(a) => print(commands::leaks::leaks(a)),
+        Leaks(a) => commands::leaks::leaks(a).and_then(|(text, status)| print(Ok(text)).map(|_| status)),
         Why(a) => print(commands::leaks::why(a)),
         Types(a) => print(commands::leaks::types(a)),
         Words(a) => print(commands::leaks::words(a)),

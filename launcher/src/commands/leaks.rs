@@ -25,8 +25,14 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-/// What `dmem leaks` lists unless --show says otherwise, as valgrind's --show-leak-kinds.
-const DEFAULT_SHOW: [Class; 3] = [Class::DefinitelyLost, Class::IndirectlyLost, Class::PossiblyLost];
+/// What `dmem leaks` lists, and what counts for --error-exitcode, unless --show-leak-kinds and
+/// --errors-for-leak-kinds say otherwise: valgrind's default for both (3.19), which the exit
+/// report's `show-leak-kinds` and `errors-for-leak-kinds` share, so that a CI reading either
+/// counts the same records.
+const DEFAULT_SHOW: [Class; 2] = [Class::DefinitelyLost, Class::PossiblyLost];
+
+/// The lost blocks, which `--leaks` of folded, types and words picks.
+const LOST: [Class; 3] = [Class::DefinitelyLost, Class::IndirectlyLost, Class::PossiblyLost];
 
 /// `definitely_lost` and the like: a class's JSON key.
 fn key(c: Class) -> String {
@@ -226,6 +232,9 @@ pub struct Leaks {
     /// Whether suppressions were given (the text's total then says what they took).
     #[serde(skip)]
     gating: bool,
+    /// The blocks of the classes --errors-for-leak-kinds names that no suppression took: what
+    /// --error-exitcode looks at, as valgrind counts leak errors.
+    errors: Count,
     /// The groups left out by --limit: the line saying so.
     #[serde(skip)]
     rest: Option<String>,
@@ -342,6 +351,17 @@ impl Answer for Leaks {
         }
         out.extend(self.rest.clone());
         out.push(self.total_line());
+        let hidden: Vec<&str> = Class::ALL
+            .iter()
+            .filter(|&&c| !self.show.contains(&c.word()) && self.class(c).blocks > 0)
+            .map(|c| c.name())
+            .collect();
+        if !hidden.is_empty() {
+            out.push(format!(
+                "not listed: {} (--show-leak-kinds=all lists every class)",
+                hidden.join(", ")
+            ));
+        }
         let mut via = [(0, 0); 4];
         for (h, n) in &self.reachable_via_heuristic {
             if let Some(k) = Heuristic::ALL.iter().position(|x| x == h) {
@@ -427,7 +447,9 @@ impl answer::Xml for Leaks {
     }
 }
 
-pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
+/// The answer, and the exit status: --error-exitcode's when blocks of the classes
+/// --errors-for-leak-kinds names are left after the suppressions, else 0.
+pub fn leaks(args: cli::LeaksArgs) -> Result<(String, i32)> {
     let mut scan = Scan::open(&args.image)?;
     let form = match args.format.as_deref() {
         Some("xml") => Form::Xml,
@@ -437,11 +459,16 @@ pub fn leaks(args: cli::LeaksArgs) -> Result<String> {
     };
     let mut gate = Gate::new(&args.suppressions);
     let answer = Leaks::of(&mut scan, &mut gate, &args, form == Form::Xml)?;
-    Ok(answer::render_in(&answer, form, || {
+    let status = match args.error_exitcode {
+        Some(n) if answer.errors.blocks > 0 => i32::from(n),
+        _ => 0,
+    };
+    let text = answer::render_in(&answer, form, || {
         let mut out = gate.warnings();
         out.extend(scan.warnings(true));
         out
-    }))
+    });
+    Ok((text, status))
 }
 
 impl Leaks {
@@ -459,6 +486,15 @@ impl Leaks {
         let groups = groups(&scan.ins, &sel);
         let listed = limited(&groups, f.limit);
         let indirect = indirect_by_stack(scan);
+        let errors_for: Vec<Class> = args.errors_for.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
+        let errors = by_class(scan, &every)
+            .iter()
+            .zip(Class::ALL)
+            .filter(|(_, c)| errors_for.contains(c))
+            .fold(Count { blocks: 0, bytes: 0 }, |n, ((blocks, bytes), _)| Count {
+                blocks: n.blocks + blocks,
+                bytes: n.bytes + bytes,
+            });
         let stacks = listed
             .iter()
             .enumerate()
@@ -487,6 +523,7 @@ impl Leaks {
             warnings: gate.warnings(),
             problems: problems_json(&scan.ins.heap.problems()),
             gating: !args.suppressions.is_empty(),
+            errors,
             rest: rest_line(&groups, listed.len(), scan.ins.is_bare()),
             process: Process::of(&scan.ins),
             bare: scan.ins.is_bare(),
@@ -645,16 +682,14 @@ fn via_heuristic(scan: &Scan, sel: &[usize]) -> Vec<(Heuristic, Count)> {
 /// The classes a command looks at: --show's, else the lost ones with --leaks, else None (every
 /// live block).
 fn classes_of(leaks: bool, show: &Option<cli::Classes>) -> Option<Vec<Class>> {
-    show.clone()
-        .map(|c| c.0)
-        .or_else(|| leaks.then(|| DEFAULT_SHOW.to_vec()))
+    show.clone().map(|c| c.0).or_else(|| leaks.then(|| LOST.to_vec()))
 }
 
 /// How output names the blocks of `classes`: "live", "lost", or the classes themselves.
 fn describe(classes: &Option<Vec<Class>>) -> String {
     match classes {
         None => "live".to_owned(),
-        Some(c) if c[..] == DEFAULT_SHOW => "lost".to_owned(),
+        Some(c) if c[..] == LOST => "lost".to_owned(),
         Some(c) => c.iter().map(|c| c.name()).collect::<Vec<_>>().join(" or "),
     }
 }
