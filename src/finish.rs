@@ -192,7 +192,7 @@ fn scrub_stack(lists_held: bool) {
         return;
     };
     let maps = crate::procmaps::all();
-    crate::lists::walk_locked(&|s, e| leak::readable(&maps, s, e), &mut |hdr| {
+    crate::lists::walk::walk_locked(&|s, e| leak::readable(&maps, s, e), &mut |hdr| {
         let user = crate::header::to_user(hdr as *const crate::header::Header as *mut _) as usize;
         if user <= here && here < user + hdr.size() {
             floor = floor.max(user);
