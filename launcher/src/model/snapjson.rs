@@ -259,10 +259,48 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             doc.objects.len()
         ));
     }
-    // Counts may be negative (a snapshot made from a diff); their sizes are what is bounded.
+    check_counts(&doc.stacks)?;
+    if !doc.time.is_finite() || !(0.0..=9e9).contains(&doc.time) {
+        return Err(format!(
+            "the snapshot's time {} is no time in Unix seconds",
+            doc.time
+        ));
+    }
+    let mut objects = Vec::with_capacity(doc.objects.len());
+    for o in &doc.objects {
+        objects.push(Object {
+            path: o.path.clone(),
+            build_id: o.build_id.clone(),
+            start: unhex(&o.start)?,
+            end: unhex(&o.end)?,
+            file_offset: unhex(&o.file_offset)?,
+        });
+    }
+    let stacks = stacks_of(doc.stacks, &objects)?;
+    let mut snap = Snapshot {
+        time_nanos: (doc.time * 1e3).round() as i64 * 1_000_000,
+        source: if doc.source.is_empty() {
+            "a JSON snapshot".into()
+        } else {
+            doc.source
+        },
+        objects,
+        stacks,
+        read_ms: doc.read_ms,
+        inconsistent_lists: doc.inconsistent_lists,
+        warnings: Vec::new(),
+        unattributed: Allocated::default(),
+    };
+    snap.sort();
+    Ok(snap)
+}
+
+/// Counts may be negative (a snapshot made from a diff); their sizes are what is bounded, each
+/// and in all, so that no sum or difference of them overflows.
+fn check_counts(stacks: &[SampleStack]) -> Result<(), String> {
     let (mut all_bytes, mut all_blocks) = (0u64, 0u64);
     let limit = MAX_TOTAL.unsigned_abs();
-    for s in &doc.stacks {
+    for s in stacks {
         let counts = [
             Some(s.bytes),
             Some(s.blocks),
@@ -280,22 +318,11 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             ));
         }
     }
-    if !doc.time.is_finite() || !(0.0..=9e9).contains(&doc.time) {
-        return Err(format!(
-            "the snapshot's time {} is no time in Unix seconds",
-            doc.time
-        ));
-    }
-    let mut objects = Vec::with_capacity(doc.objects.len());
-    for o in &doc.objects {
-        objects.push(Object {
-            path: o.path.clone(),
-            build_id: o.build_id.clone(),
-            start: unhex(&o.start)?,
-            end: unhex(&o.end)?,
-            file_offset: unhex(&o.file_offset)?,
-        });
-    }
+    Ok(())
+}
+
+/// The stacks with their frames, each frame's object found by path and address.
+fn stacks_of(json: Vec<SampleStack>, objects: &[Object]) -> Result<Vec<Stack>, String> {
     // Each path's objects by start address, to find a frame's object in log time: a file of
     // many objects and many frames must not cost their product.
     let mut by_path: std::collections::HashMap<&str, Vec<(u64, u64, usize)>> = Default::default();
@@ -310,8 +337,8 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
         let (start, end, i) = spans[spans.partition_point(|s| s.0 <= pc).checked_sub(1)?];
         (start <= pc && pc < end).then_some(i)
     };
-    let mut stacks = Vec::with_capacity(doc.stacks.len());
-    for s in doc.stacks {
+    let mut stacks = Vec::with_capacity(json.len());
+    for s in json {
         let mut frames: Vec<Frame> = Vec::new();
         // An entry marked inlined continues into the next, which has the same address.
         let mut open = false;
@@ -347,22 +374,7 @@ pub fn read(data: &[u8]) -> Result<Snapshot, String> {
             allocated,
         });
     }
-    let mut snap = Snapshot {
-        time_nanos: (doc.time * 1e3).round() as i64 * 1_000_000,
-        source: if doc.source.is_empty() {
-            "a JSON snapshot".into()
-        } else {
-            doc.source
-        },
-        objects,
-        stacks,
-        read_ms: doc.read_ms,
-        inconsistent_lists: doc.inconsistent_lists,
-        warnings: Vec::new(),
-        unattributed: Allocated::default(),
-    };
-    snap.sort();
-    Ok(snap)
+    Ok(stacks)
 }
 
 #[cfg(test)]

@@ -109,9 +109,11 @@ impl Symbolizer {
                     eprintln!(
                         "dmem: warning: user {} may not read {}, so its frames show as {}+offset",
                         crate::sys::acting_for().map_or_else(|| "?".to_owned(), |u| u.to_string()),
-                        crate::cli::show(path),
-                        path.file_name()
-                            .map_or_else(|| crate::cli::show(path), crate::cli::show),
+                        crate::analysis::escape::show(path),
+                        path.file_name().map_or_else(
+                            || crate::analysis::escape::show(path),
+                            crate::analysis::escape::show
+                        ),
                     );
                 }
                 Object::open(path, &local).map(Rc::new)
