@@ -129,9 +129,12 @@ pub fn finish(status: i32, way: Way, entry: &Entry) -> ! {
         // No other thread may be half-way through a change of a list when the core is written:
         // take them all, waiting a little for an owner inside a change (one that never leaves
         // it, a thread stopped by a debugger, must not keep the core from being written).
-        crate::lists::try_lock_all_within(LISTS_WAIT_NS);
+        let held = crate::lists::try_lock_all_within(LISTS_WAIT_NS);
+        // The floor is found while the library may still allocate (its map of memory), before
+        // the emergency pages go; the zeroing after allocates nothing.
+        let floor = scrub_floor(held);
         crate::own_heap::discard_emergency();
-        scrub_stack();
+        zero_below(floor);
         // The kernel writes a core holding exactly the blocks never freed: SIGABRT at its default
         // action, whatever handler the program installed for its own aborts.
         die(libc::SIGABRT, false);
@@ -170,17 +173,66 @@ pub fn die(sig: libc::c_int, fault: bool) {
     exit_now(128 + sig)
 }
 
-/// Zeroes the stack below this frame. The leak report's frames left block addresses in dead
-/// stack slots; a debugger scanning the core from abort's stack pointer would take them for live
-/// references and disagree with the report.
-#[inline(never)]
-fn scrub_stack() {
-    let mut area = [0usize; 8192];
-    for w in area.iter_mut() {
-        // SAFETY: a plain write to our own local array; volatile so it is not optimised away.
-        unsafe { core::ptr::write_volatile(w, 0) };
+/// How deep below the frame that finishes the process the report's frames may have reached.
+const SCRUB_BYTES: usize = 64 << 10;
+
+/// Where zeroing the dead stack below this frame must stop. The leak report's frames left block
+/// addresses in dead stack slots; a debugger scanning the core from abort's stack pointer would
+/// take them for live references and disagree with the report, so `zero_below` clears them.
+///
+/// Only this thread's own stack is zeroed: never below the mapping that holds the stack
+/// pointer, and, for a thread running on a stack the program malloc'ed (a coroutine's, through
+/// makecontext), never below that block's first byte. Below it lie the block's header and other
+/// blocks, which the core must show as they were. With the lists not held (another thread kept
+/// one past the wait) the block cannot be told safely, and nothing is zeroed.
+fn scrub_floor(lists_held: bool) -> usize {
+    let here = stack_pointer();
+    if !lists_held {
+        return here;
     }
-    core::hint::black_box(&area);
+    let Some((mut floor, _)) = crate::procmaps::mapping_containing(here) else {
+        return here;
+    };
+    let maps = crate::procmaps::all();
+    crate::lists::walk::walk_locked(&|s, e| leak::readable(&maps, s, e), &mut |hdr| {
+        let user = crate::header::to_user(hdr as *const crate::header::Header as *mut _) as usize;
+        if user <= here && here < user + hdr.size() {
+            floor = floor.max(user);
+        }
+    });
+    here.saturating_sub(SCRUB_BYTES).max(floor).next_multiple_of(8)
+}
+
+fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: reads the stack pointer register into a general register; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    sp
+}
+
+/// Zeroes `[floor, stack pointer)`: every dead frame below the running one, down to `floor`.
+/// It allocates nothing, so it may run after the emergency pages are gone.
+#[inline(never)]
+fn zero_below(floor: usize) {
+    // SAFETY: `floor` is 8-aligned and no lower than the start of this thread's stack (its
+    // mapping, or the block it runs on; `scrub_floor`), so every word written lies in this
+    // thread's stack below its stack pointer: dead frames that nothing refers to. The block
+    // skips itself when `floor` is not below the stack pointer. Without `nostack` the compiler
+    // keeps nothing in the red zone across the block, so clearing it too is sound; the
+    // direction flag is clear by the ABI.
+    unsafe {
+        core::arch::asm!(
+            "mov rcx, rsp",
+            "sub rcx, rdi",
+            "jbe 2f",
+            "shr rcx, 3",
+            "rep stosq",
+            "2:",
+            inout("rdi") floor => _,
+            out("rcx") _,
+            in("rax") 0usize,
+        );
+    }
 }
 
 /// The C and C++ runtimes' own caches (stdio buffers, locale data, libstdc++'s emergency
