@@ -14,6 +14,7 @@
 pub mod aliases;
 pub mod allocfn;
 pub mod arena;
+pub mod blockfile;
 pub mod carried;
 pub mod descriptor;
 pub mod escape;

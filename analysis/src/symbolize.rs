@@ -11,6 +11,7 @@
 //! object's files and the address to look up.
 
 use crate::aliases::Table;
+use crate::blockfile::BlockFile;
 use crate::frame::{inlined_symbol, Frame};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -176,7 +177,7 @@ pub fn in_debug_tree(root: &Path, id: &str) -> Option<PathBuf> {
 /// size to `functions` (the symbols valgrind merges into one function, `aliases`).
 fn sized_symbols(path: &Path, out: &mut Vec<(u64, u64)>, functions: &mut Vec<(u64, u64, String)>) {
     use object::{Object, ObjectSymbol, SymbolKind};
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = std::fs::File::open(path).and_then(BlockFile::new) else {
         return;
     };
     let cache = object::read::ReadCache::new(file);
@@ -199,7 +200,7 @@ fn sized_symbols(path: &Path, out: &mut Vec<(u64, u64)>, functions: &mut Vec<(u6
 /// The build id (hex) of the ELF file at `path`, if it has one.
 pub fn build_id(path: &Path) -> Option<String> {
     use object::Object;
-    let file = std::fs::File::open(path).ok()?;
+    let file = std::fs::File::open(path).and_then(BlockFile::new).ok()?;
     let cache = object::read::ReadCache::new(file);
     let elf = object::File::parse(&cache).ok()?;
     let id = elf.build_id().ok()??;

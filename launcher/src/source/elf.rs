@@ -6,6 +6,7 @@
 //! Files are read through `object`'s read cache, so only the parts looked at are read: a program
 //! with hundreds of megabytes of debug info costs its headers, not its size.
 
+use dmem_analysis::blockfile::BlockFile;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSymbol};
@@ -26,7 +27,7 @@ pub enum Kind {
 type Header = object::elf::FileHeader64<object::Endianness>;
 
 pub fn kind(path: &Path) -> std::io::Result<Kind> {
-    let cache = ReadCache::new(crate::sys::open_regular(path)?);
+    let cache = ReadCache::new(BlockFile::new(crate::sys::open_regular(path)?)?);
     // 64-bit only: the library exists for 64-bit Linux.
     let Ok(header) = Header::parse(&cache) else {
         return Ok(Kind::NotElf);
@@ -76,7 +77,7 @@ impl ElfObject {
     /// mapped it: its addresses are found through the target's mappings of `path`.
     pub fn open_as(path: &Path, file: &Path) -> Result<ElfObject, String> {
         let file = crate::sys::open_regular(file).map_err(|e| e.to_string())?;
-        let cache = ReadCache::new(file);
+        let cache = ReadCache::new(BlockFile::new(file).map_err(|e| e.to_string())?);
         let obj = object::read::File::parse(&cache).map_err(|e| e.to_string())?;
         let (loads, tls_memsz) = match &obj {
             object::read::File::Elf64(elf) => {
@@ -194,7 +195,7 @@ pub struct Symbol {
 
 /// Every defined data or code symbol of the object at `path`, sorted by address, each once.
 pub fn symbols(path: &Path) -> Vec<Symbol> {
-    let Ok(file) = crate::sys::open_regular(path) else {
+    let Ok(file) = crate::sys::open_regular(path).and_then(BlockFile::new) else {
         return Vec::new();
     };
     let cache = ReadCache::new(file);
@@ -235,7 +236,7 @@ pub fn symbols(path: &Path) -> Vec<Symbol> {
 /// The link-time value of the dynamic symbol `name` in the object at `path` (`.dynsym`, which
 /// survives `strip`).
 pub fn dynamic_symbol(path: &Path, name: &str) -> Option<u64> {
-    let cache = ReadCache::new(crate::sys::open_regular(path).ok()?);
+    let cache = ReadCache::new(BlockFile::new(crate::sys::open_regular(path).ok()?).ok()?);
     let obj = object::read::File::parse(&cache).ok()?;
     obj.dynamic_symbols()
         .find(|s| s.name_bytes().is_ok_and(|n| n == name.as_bytes()) && s.is_definition())
