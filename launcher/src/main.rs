@@ -130,11 +130,11 @@ fn dispatch(command: cli::Command) -> Result<i32> {
             commands::heap::verify(a).and_then(|(text, ok)| Ok(print(Ok(text))?.max(u8::from(!ok) as i32)))
         }
         Stats(a) => print(commands::heap::stats(a)),
-        Folded(a) => print(commands::leaks::folded(a)),
+        Folded(a) => print(commands::folded::folded(a)),
         Leaks(a) => commands::leaks::leaks(a).and_then(|(text, status)| print(Ok(text)).map(|_| status)),
-        Why(a) => print(commands::leaks::why(a)),
-        Types(a) => print(commands::leaks::types(a)),
-        Words(a) => print(commands::leaks::words(a)),
+        Why(a) => print(commands::why::why(a)),
+        Types(a) => print(commands::types::types(a)),
+        Words(a) => print(commands::words::words(a)),
         History(a) => print(commands::history::history(a)),
         Report(a) => {
             let words = commands::report::rewrite(&a.words)?;

@@ -17,7 +17,7 @@ pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
         output: None,
         filters: cli::Filters::default(),
     };
-    let folded = crate::commands::leaks::folded(folded_args)?;
+    let folded = crate::commands::folded::folded(folded_args)?;
     let target = crate::source::image::Target::parse(&args.image.image)?;
     let (name, what_of) = match &target {
         crate::source::image::Target::Pid(pid) => (format!("pid {pid}"), format!("process {pid}")),
