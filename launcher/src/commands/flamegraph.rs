@@ -1,7 +1,8 @@
 //! `dmem flamegraph`: the folded stacks of an image (`outer;...;inner bytes`, one line per
 //! allocation stack, as `dmem folded` writes them), drawn by inferno as an SVG flame graph.
 
-use crate::cli::{self, show};
+use crate::analysis::escape::show;
+use crate::cli;
 use crate::{failed, usage, Result};
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
