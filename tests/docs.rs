@@ -168,29 +168,14 @@ fn every_test_file_is_a_test_target_of_the_launcher() {
     );
 }
 
-/// Lines of a transcript as they compare: addresses (eight hex digits or more) and the core's
+/// Lines of a transcript as they compare: addresses (`common::hide_addresses`) and the core's
 /// path, which differ from run to run, stand as `0xADDR` and `CORE`.
 fn comparable(lines: &[&str]) -> Vec<String> {
     lines
         .iter()
-        .map(|l| {
-            if let Some(at) = l.find("core file: ") {
-                return format!("{}core file: CORE", &l[..at]);
-            }
-            let mut out = String::new();
-            let mut rest = *l;
-            while let Some(at) = rest.find("0x") {
-                let digits = rest[at + 2..].chars().take_while(char::is_ascii_hexdigit).count();
-                out.push_str(&rest[..at]);
-                out.push_str(if digits >= 8 {
-                    "0xADDR"
-                } else {
-                    &rest[at..at + 2 + digits]
-                });
-                rest = &rest[at + 2 + digits..];
-            }
-            out.push_str(rest);
-            out
+        .map(|l| match l.find("core file: ") {
+            Some(at) => format!("{}core file: CORE", &l[..at]),
+            None => common::hide_addresses(l),
         })
         .collect()
 }

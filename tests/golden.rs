@@ -1,6 +1,6 @@
 //! What a user sees for a known core, fixed: `dmem leaks PROG CORE` on the abort-shutdown core of
-//! c-fixtures/exit_vs_core.c (a fixed set of leaks, its frames named from its -g build), as text,
-//! compared with the checked-in tests/golden/leaks.txt. Only what legitimately changes from run
+//! c-fixtures/exit_vs_core.c (a fixed set of leaks, its frames named from its -g build), as text
+//! and as JSON, compared with the checked-in tests/golden/leaks.txt and tests/golden/leaks.json. Only what legitimately changes from run
 //! to run or machine to machine is normalised first: addresses, the paths of the build and of
 //! the core, the process id, a frame's offset into its function (the compiler's choice), and
 //! the C library's own start-up frames (the machine's glibc), which stand as one line. A change to the output then shows as a diff of that file, which is
@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{dmem, fixture, lib_path, make_core, output, scratch_dir, text, top};
+use common::{dmem, fixture, hide_addresses, lib_path, make_core, output, scratch_dir, text, top};
 use std::path::Path;
 
 /// The text with what varies between runs put as placeholders: the core's path (`CORE`), the
@@ -67,20 +67,7 @@ fn fixed(s: &str, core: &Path) -> String {
         out.push_str(rest);
         s = out;
     }
-    let mut out = String::new();
-    let mut rest = s.as_str();
-    while let Some(at) = rest.find("0x") {
-        let digits = rest[at + 2..].bytes().take_while(u8::is_ascii_hexdigit).count();
-        out.push_str(&rest[..at]);
-        out.push_str(if digits >= 5 {
-            "0xADDR"
-        } else {
-            &rest[at..at + 2 + digits]
-        });
-        rest = &rest[at + 2 + digits..];
-    }
-    out.push_str(rest);
-    out
+    hide_addresses(&s)
 }
 
 /// Compares `got` with the expected file `name` under tests/golden/, or writes it there when
@@ -122,6 +109,55 @@ fn leaks_text_of_a_known_core() {
     check_golden("leaks.txt", &normalise(&text(&out.stdout), &core));
 }
 
+/// The JSON of `dmem leaks` with what varies put as placeholders, as `normalise` does for the
+/// text: in each stack a run of frames in libc as one frame `{"text": "... in libc.so.6"}` and
+/// each frame's offset into its function as `"OFF"`; the roots' counts (ranges, bytes and
+/// registers, which depend on the machine's libraries and the registers at the abort) as `"N"`;
+/// then the paths, process ids and addresses of the pretty-printed document.
+fn normalise_json(s: &str, core: &Path) -> String {
+    use serde_json::{json, Value};
+    let mut doc: Value = serde_json::from_str(s).expect("dmem leaks --format json writes JSON");
+    for row in doc["stacks"].as_array_mut().expect("a list of stacks") {
+        let mut frames: Vec<Value> = Vec::new();
+        for mut f in row["stack"].as_array().expect("a stack").iter().cloned() {
+            let in_libc = f["object"].as_str().is_some_and(|o| o.ends_with("/libc.so.6"));
+            if in_libc {
+                if frames.last().is_none_or(|l| l["text"] != "... in libc.so.6") {
+                    frames.push(json!({ "text": "... in libc.so.6" }));
+                }
+                continue;
+            }
+            if !f["offset"].is_null() {
+                f["offset"] = json!("OFF");
+            }
+            frames.push(f);
+        }
+        row["stack"] = Value::Array(frames);
+    }
+    for key in ["ranges", "bytes", "registers"] {
+        doc["roots"][key] = json!("N");
+    }
+    let pretty = serde_json::to_string_pretty(&doc).unwrap();
+    let lines: String = pretty.lines().map(|l| format!("{}\n", offsets(l))).collect();
+    fixed(&lines, core)
+}
+
+#[test]
+fn leaks_json_of_a_known_core() {
+    let dir = scratch_dir("golden_leaks_json");
+    let prog = fixture("exit_vs_core");
+    let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
+    let out = output(
+        dmem()
+            .arg("leaks")
+            .arg(&prog)
+            .arg(&core)
+            .args(["--show", "all", "--format", "json"]),
+    );
+    assert!(out.status.success(), "dmem leaks: {}", text(&out.stderr));
+    check_golden("leaks.json", &normalise_json(&text(&out.stdout), &core));
+}
+
 #[test]
 fn normalising_keeps_what_does_not_vary() {
     let core = Path::new("/tmp/x/core.123");
@@ -137,4 +173,48 @@ fn normalising_keeps_what_does_not_vary() {
         "CORE at 0xADDR (pid PID) in TOP/c.c:17, 0x10 bytes, process PID\n    main+OFF (c.c:9) in c\n    \
          ... in libc.so.6\n    _start+OFF in c\n"
     );
+}
+
+#[test]
+fn normalising_json_keeps_what_does_not_vary() {
+    let core = Path::new("/tmp/x/core.123");
+    let s = r#"{"stacks": [{"example": "0x55564f6e86c0", "stack": [
+        {"pc": "0x555643f030ba", "offset": 58, "object": "/p/c", "text": "main+0x3a (c.c:86) in c"},
+        {"pc": "0x7f625184524a", "offset": 122, "object": "/usr/lib/libc.so.6", "text": "a"},
+        {"pc": "0x7f6251845305", "offset": 133, "object": "/usr/lib/libc.so.6", "text": "b"},
+        {"pc": "0x555643f03181", "offset": null, "object": "/p/c", "text": "f (c.c:2) in c"}]}],
+        "roots": {"ranges": 17, "bytes": 128672, "registers": 5, "excluded": []}}"#;
+    let got = normalise_json(s, core);
+    let want = r#"{
+  "roots": {
+    "bytes": "N",
+    "excluded": [],
+    "ranges": "N",
+    "registers": "N"
+  },
+  "stacks": [
+    {
+      "example": "0xADDR",
+      "stack": [
+        {
+          "object": "/p/c",
+          "offset": "OFF",
+          "pc": "0xADDR",
+          "text": "main+OFF (c.c:86) in c"
+        },
+        {
+          "text": "... in libc.so.6"
+        },
+        {
+          "object": "/p/c",
+          "offset": null,
+          "pc": "0xADDR",
+          "text": "f (c.c:2) in c"
+        }
+      ]
+    }
+  ]
+}
+"#;
+    assert_eq!(got, want);
 }

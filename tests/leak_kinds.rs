@@ -10,6 +10,7 @@ mod common;
 mod valgrind;
 
 use common::{dmem, fixture, have_tool, lib_path, make_core, output, scratch_dir, text};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
@@ -62,6 +63,24 @@ fn named_records(xml: &str) -> Vec<(String, u64, Vec<String>)> {
     out
 }
 
+/// `dmem GLOBAL leaks PROG CORE --format xml`, which must succeed: its XML.
+fn leaks_xml(global: &[&OsStr], prog: &Path, core: &Path) -> String {
+    let out = output(
+        dmem()
+            .args(global)
+            .arg("leaks")
+            .arg(prog)
+            .arg(core)
+            .args(["--format", "xml"]),
+    );
+    assert!(
+        out.status.success(),
+        "dmem leaks --format xml: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
 /// `valgrind --leak-check=full --xml=yes EXTRA prog` on the bare program: its XML and status.
 fn valgrind_xml(dir: &Path, prog: &Path, extra: &[&str]) -> (String, Option<i32>) {
     valgrind_xml_of(dir, prog, &[], extra)
@@ -110,15 +129,8 @@ fn a_core_shows_valgrinds_default_records() {
     );
     assert_eq!(want.iter().map(|r| r.1).sum::<u64>(), 2, "{want:?}");
 
-    let xml = output(
-        dmem()
-            .arg("leaks")
-            .arg(&prog)
-            .arg(&core)
-            .args(["--format", "xml"]),
-    );
-    assert!(xml.status.success(), "{}", text(&xml.stderr));
-    assert_eq!(loss_records(&text(&xml.stdout)), want, "{}", text(&xml.stdout));
+    let xml = leaks_xml(&[], &prog, &core);
+    assert_eq!(loss_records(&xml), want, "{xml}");
 
     // The JSON lists the same blocks, and its totals still count every class, as valgrind's
     // LEAK SUMMARY does.
@@ -233,15 +245,11 @@ fn frames_are_named_as_valgrind_names_them() {
     let at_exit = named_records(&exit_xml(&dir, &prog, &[]));
     assert_eq!(at_exit, want, "at exit");
     let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
-    let out = output(
-        dmem()
-            .arg("leaks")
-            .arg(&prog)
-            .arg(&core)
-            .args(["--format", "xml"]),
+    assert_eq!(
+        named_records(&leaks_xml(&[], &prog, &core)),
+        want,
+        "from the core"
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(named_records(&text(&out.stdout)), want, "from the core");
 
     let iconv = common::which("iconv").expect("iconv");
     let input = dir.join("accents.txt");
@@ -318,17 +326,9 @@ fn a_sysroot_copy_gives_valgrinds_names() {
     );
     let core = make_core(&dir, &prog, &[], "abort-shutdown", &lib_path());
     gcc(ALIASED_B, &dir, &prog);
-    let out = output(
-        dmem()
-            .arg("--sysroot")
-            .arg(&root)
-            .arg("leaks")
-            .arg(&prog)
-            .arg(&core)
-            .args(["--format", "xml"]),
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(named_records(&text(&out.stdout)), want, "{}", text(&out.stderr));
+    let sysroot = [OsStr::new("--sysroot"), root.as_os_str()];
+    let xml = leaks_xml(&sysroot, &prog, &core);
+    assert_eq!(named_records(&xml), want, "{xml}");
     // The text shows the same name.
     let out = output(
         dmem()

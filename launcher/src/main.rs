@@ -74,7 +74,10 @@ fn main() {
             let name = cli.name;
             if let Some(dir) = cli.sysroot {
                 if !dir.is_dir() {
-                    eprintln!("dmem {name}: --sysroot {}: no such directory", cli::show(&dir));
+                    eprintln!(
+                        "dmem {name}: --sysroot {}: no such directory",
+                        analysis::escape::show(&dir)
+                    );
                     std::process::exit(2);
                 }
                 source::files::set_sysroot(dir);
@@ -84,7 +87,7 @@ fn main() {
                 Err(fail) => {
                     // One line, whatever the message held, so scripts and people can rely on it,
                     // and whatever input it echoes cannot act on the terminal.
-                    let msg = cli::escaped(fail.msg.replace('\n', " ").as_bytes());
+                    let msg = analysis::escape::escaped(fail.msg.replace('\n', " ").as_bytes());
                     eprintln!("dmem {name}: {msg}");
                     fail.status
                 }
@@ -95,7 +98,7 @@ fn main() {
             status
         }
         Err(cli::Early::Mistake(sub, msg)) => {
-            let msg = cli::escaped(msg.as_bytes());
+            let msg = analysis::escape::escaped(msg.as_bytes());
             match sub {
                 Some(cmd) => eprintln!("dmem {cmd}: {msg}"),
                 None => eprintln!("dmem: {msg}"),
@@ -130,11 +133,11 @@ fn dispatch(command: cli::Command) -> Result<i32> {
             commands::heap::verify(a).and_then(|(text, ok)| Ok(print(Ok(text))?.max(u8::from(!ok) as i32)))
         }
         Stats(a) => print(commands::heap::stats(a)),
-        Folded(a) => print(commands::leaks::folded(a)),
+        Folded(a) => print(commands::folded::folded(a)),
         Leaks(a) => commands::leaks::leaks(a).and_then(|(text, status)| print(Ok(text)).map(|_| status)),
-        Why(a) => print(commands::leaks::why(a)),
-        Types(a) => print(commands::leaks::types(a)),
-        Words(a) => print(commands::leaks::words(a)),
+        Why(a) => print(commands::why::why(a)),
+        Types(a) => print(commands::types::types(a)),
+        Words(a) => print(commands::words::words(a)),
         History(a) => print(commands::history::history(a)),
         Report(a) => {
             let words = commands::report::rewrite(&a.words)?;

@@ -247,3 +247,22 @@ pub fn read_descriptor(at: u64, read: impl Fn(u64, usize) -> Vec<u8>) -> descrip
     );
     fields
 }
+
+/// `s` with each hexadecimal number of five digits or more (an address, from run to run and
+/// machine to machine) as `0xADDR`; shorter ones (sizes, offsets) as they were.
+pub fn hide_addresses(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("0x") {
+        let digits = rest[at + 2..].bytes().take_while(u8::is_ascii_hexdigit).count();
+        out.push_str(&rest[..at]);
+        out.push_str(if digits >= 5 {
+            "0xADDR"
+        } else {
+            &rest[at..at + 2 + digits]
+        });
+        rest = &rest[at + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
+}

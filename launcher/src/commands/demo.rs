@@ -1,7 +1,8 @@
 //! `dmem demo`: `dmem run` and `dmem report` on the example program, shown as the commands a
 //! user would type, so the first thing a newcomer sees is a real leak report and how to get one.
 
-use crate::cli::{self, show};
+use crate::analysis::escape::show;
+use crate::cli;
 use crate::commands::run::{self, Spec};
 use crate::{failed, last_line, locate, Result};
 use std::path::Path;

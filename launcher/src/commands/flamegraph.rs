@@ -1,7 +1,8 @@
 //! `dmem flamegraph`: the folded stacks of an image (`outer;...;inner bytes`, one line per
 //! allocation stack, as `dmem folded` writes them), drawn by inferno as an SVG flame graph.
 
-use crate::cli::{self, show};
+use crate::analysis::escape::show;
+use crate::cli;
 use crate::{failed, usage, Result};
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
@@ -17,7 +18,7 @@ pub fn main(args: cli::FlamegraphArgs) -> Result<i32> {
         output: None,
         filters: cli::Filters::default(),
     };
-    let folded = crate::commands::leaks::folded(folded_args)?;
+    let folded = crate::commands::folded::folded(folded_args)?;
     let target = crate::source::image::Target::parse(&args.image.image)?;
     let (name, what_of) = match &target {
         crate::source::image::Target::Pid(pid) => (format!("pid {pid}"), format!("process {pid}")),

@@ -9,7 +9,8 @@
 //! PREFIX/share/man/man1/dmem.1         the manual: dmem.1, and dmem-COMMAND.1 for each command
 //! ```
 
-use crate::cli::{self, show};
+use crate::analysis::escape::show;
+use crate::cli;
 use crate::{failed, locate, usage, Result};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -13,8 +13,9 @@
 //! of it (`dmem timeline`'s) is drawn again after each one: the whole recording, even the
 //! profiles `--keep` has since removed.
 
+use crate::analysis::escape::show;
+use crate::cli::RecordArgs;
 use crate::cli::SnapshotFormat;
-use crate::cli::{show, RecordArgs};
 use crate::commands::snapshot::{write_to, Source};
 use crate::commands::timeline;
 use crate::model::series::{self, Series};

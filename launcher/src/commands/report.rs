@@ -2,7 +2,8 @@
 //! subcommand after the image (summary when none is given), as the gdb commands were called
 //! through the launcher before it answered them itself.
 
-use crate::cli::{show, ALIASES, ANALYSES};
+use crate::analysis::escape::show;
+use crate::cli::{ALIASES, ANALYSES};
 use crate::source::image::Target;
 use crate::{usage, Result};
 use std::ffi::OsString;

@@ -1,6 +1,7 @@
 //! `dmem run`: start a program with libdmem.so preloaded and account for how it ended.
 
-use crate::cli::{self, show};
+use crate::analysis::escape::show;
+use crate::cli;
 use crate::source::coredump::CoreDump;
 use crate::source::corefile;
 use crate::{failed, last_line, locate, source::elf, sys, usage, Fail, Result};

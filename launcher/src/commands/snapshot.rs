@@ -2,7 +2,8 @@
 //! it) or of a core, as a pprof profile, JSON or folded stacks; and where `dmem diff` gets its
 //! snapshots: an image now, or a file written earlier.
 
-use crate::cli::{show, SnapshotFormat as Format};
+use crate::analysis::escape::show;
+use crate::cli::SnapshotFormat as Format;
 use crate::model::snapshot::{self, Snapshot};
 use crate::model::text::thousands;
 use crate::source::elf::{self, Kind};

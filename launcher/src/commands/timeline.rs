@@ -3,7 +3,8 @@
 //! by allocation stack, as SVG, as one self-contained HTML page, or as the series in JSON; and
 //! `dmem record --timeline` redraws the same chart after each profile it writes.
 
-use crate::cli::{show, TimelineArgs, TimelineFormat as Format};
+use crate::analysis::escape::show;
+use crate::cli::{TimelineArgs, TimelineFormat as Format};
 use crate::commands::snapshot::Source;
 use crate::model::chart;
 use crate::model::series::{self, Series};

@@ -6,6 +6,7 @@ pub mod chart;
 pub mod frames;
 pub mod growth;
 pub mod heap;
+pub mod histogram;
 pub mod leaks;
 pub mod names;
 pub mod pprof;

@@ -230,12 +230,16 @@ pub fn write_folded(
     match output {
         None => Ok(text),
         Some(path) => {
-            std::fs::write(path, text)
-                .map_err(|e| failed(format!("cannot write {}: {e}", cli::show(path))))?;
+            std::fs::write(path, text).map_err(|e| {
+                failed(format!(
+                    "cannot write {}: {e}",
+                    crate::analysis::escape::show(path)
+                ))
+            })?;
             eprintln!(
                 "dmem: wrote {} ({nbytes} bytes) to {}",
                 plural(nstacks as u64, "stack"),
-                cli::show(path)
+                crate::analysis::escape::show(path)
             );
             Ok(String::new())
         }

@@ -3,8 +3,9 @@
 //! hold still, its threads stopped while their registers and its writable memory are copied
 //! (or the registers of a debugger that holds it stopped).
 
+use crate::analysis::escape::show;
 use crate::analysis::reach::Heuristic;
-use crate::cli::{show, ImageArgs};
+use crate::cli::ImageArgs;
 use crate::model::frames::Namer;
 use crate::model::heap::{self, Heap};
 use crate::model::leaks::{self, Classified};

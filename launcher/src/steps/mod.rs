@@ -3,4 +3,8 @@
 //! take the command line's arguments, which `model/` and `source/` never see.
 
 pub mod blocks;
+pub mod counts;
+pub mod fields;
 pub mod inspect;
+pub mod scan;
+pub mod suppress;
