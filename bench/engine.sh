@@ -15,6 +15,8 @@
 #   dmem leaks (bare core)        the same core read through glibc's heap, without lists
 #                                 (target: within 3x of reading it once, at most a quarter of chap)
 #   chap: count leaked            on the uninstrumented core
+#   chap vs dmem                  chap's count used, free and leaked beside dmem's, on that core
+#                                 and on a core of c-fixtures/bare_heap.cpp: "equal" or "differ"
 #   dmem leaks PID                the pause it prints (target: at most 1 s), and the wall time
 #
 # chap is not packaged: build it from https://github.com/vmware/chap outside this repository and
@@ -86,11 +88,42 @@ row "cat bare core" cat "$work/bare"
 row "dmem leaks (bare core)" "$dmem" leaks "$work/leak_many" "$work/bare"
 grep '^total:' "$work/out.txt"
 
+# compare LABEL PROG CORE: chap's count used, count free and count leaked beside dmem's on
+# the same bare core (used: the blocks of `dmem summary`; free: the free chunks of its note on
+# glibc's heap, tcache and fast-bin chunks among them; leaked: definitely plus indirectly lost,
+# since chap counts a block referenced anywhere inside, not only at its start, as referenced,
+# so valgrind's possibly lost are not leaked to it), and "equal" or where they differ.
+compare() {
+    label=$1 prog=$2 core=$3
+    printf 'count used\ncount free\ncount leaked\n' | "$chap" "$core" 2>/dev/null |
+        sed -n 's/^\([0-9,]*\) allocations\{0,1\} use.*/\1/p' | tr -d , | tr '\n' ' ' >"$work/chap.counts"
+    "$dmem" summary "$prog" "$core" >"$work/sum.txt" 2>/dev/null
+    "$dmem" leaks --json "$prog" "$core" >"$work/leaks.json" 2>/dev/null
+    d_used=$(sed -n 's/^total: [0-9]* bytes in \([0-9]*\) blocks\{0,1\}.*/\1/p' "$work/sum.txt")
+    d_free=$(sed -n 's/.*chunks ([0-9]* mapped alone), of which \([0-9]*\) free.*/\1/p' "$work/sum.txt")
+    d_leaked=$(python3 -c 'import json, sys
+v = json.load(open(sys.argv[1]))
+print(v["definitely_lost"]["blocks"] + v["indirectly_lost"]["blocks"])' "$work/leaks.json")
+    # shellcheck disable=SC2046
+    set -- $(cat "$work/chap.counts")
+    verdict=equal
+    [ "${1:-}" = "$d_used" ] && [ "${2:-}" = "$d_free" ] && [ "${3:-}" = "$d_leaked" ] || verdict=differ
+    printf '%-24s used %s / %s, free %s / %s, leaked %s / %s (chap / dmem): %s\n' "$label" \
+        "${1:-?}" "$d_used" "${2:-?}" "$d_free" "${3:-?}" "$d_leaked" "$verdict"
+}
+
 chap=${CHAP:-$(command -v chap || true)}
 if [ -n "$chap" ] && [ -x "$chap" ]; then
     echo "count leaked" >"$work/chap.in"
     row "chap: count leaked" sh -c "\"$chap\" \"$work/bare\" <\"$work/chap.in\""
     grep -i 'allocations' "$work/out.txt" | head -n 1
+    compare "chap vs dmem" "$work/leak_many" "$work/bare"
+    # The test's bare C++ program (four arenas, tcaches, fast and regular bins, mapped and
+    # memalign'd chunks, polymorphic types), stopped by gdb at its abort.
+    cp "$out_dir/fixtures/bare_heap" "$work/bare_heap"
+    (cd "$work" && gdb -batch -nx -q -ex run -ex "gcore $work/bare_heap.core" \
+        --args ./bare_heap abort >/dev/null 2>&1)
+    compare "  on bare_heap" "$work/bare_heap" "$work/bare_heap.core"
 else
     echo "chap: not found (build it from github.com/vmware/chap and set CHAP=/path/to/chap)"
 fi
