@@ -219,11 +219,13 @@ fn find_tcaches(
     found: &arenas::Arenas,
     g: &Glibc,
     tps: &[u64],
-) -> (Vec<u64>, HashSet<u64>) {
+) -> (Vec<u64>, HashSet<u64, AddrHash>) {
     let rules = free::Rules::of(g.version);
     let firsts: HashSet<u64> = found.heaps.iter().map(|h| h.first).collect();
     let mut in_tcache = Vec::new();
-    let mut tcaches = HashSet::new();
+    // Asked once for every chunk of a tcache's size or more (most of a heap of 600-byte
+    // blocks), so keyed by the address hash rather than SipHash.
+    let mut tcaches: HashSet<u64, AddrHash> = HashSet::default();
     for c in chunks.iter().filter(|c| c.in_use) {
         let fits = c.size == free::TCACHE_CHUNK
             || (c.size == free::TCACHE_CHUNK_OLD && g.version.is_none_or(|v| v < (2, 30)));
