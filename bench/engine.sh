@@ -15,6 +15,8 @@
 #   dmem leaks (bare core)        the same core read through glibc's heap, without lists
 #                                 (target: within 3x of reading it once, at most a quarter of chap)
 #   chap: count leaked            on the uninstrumented core
+#   chap vs dmem                  chap's count used, free and leaked beside dmem's, on that core
+#                                 and on a core of c-fixtures/bare_heap.cpp: "equal" or "differ"
 #   dmem leaks PID                the pause it prints (target: at most 1 s), and the wall time
 #
 # chap is not packaged: build it from https://github.com/vmware/chap outside this repository and
@@ -86,11 +88,61 @@ row "cat bare core" cat "$work/bare"
 row "dmem leaks (bare core)" "$dmem" leaks "$work/leak_many" "$work/bare"
 grep '^total:' "$work/out.txt"
 
+# compare LABEL PROG CORE: chap's count used, count free and count leaked beside dmem's on
+# the same bare core (used: the blocks of `dmem summary`; free: the free chunks of its note on
+# glibc's heap, tcache and fast-bin chunks among them; leaked: definitely plus indirectly lost,
+# since chap counts a block referenced anywhere inside, not only at its start, as referenced,
+# so valgrind's possibly lost are not leaked to it). chap counts what glibc holds in a tcache,
+# and each thread's tcache itself, as used, and each arena's top chunk as free, where dmem
+# counts the first free and the others not at all: the verdict is on chap's counts moved by
+# those (which dmem's note gives), and says "equal" or where they differ.
+compare() {
+    label=$1 prog=$2 core=$3
+    printf 'count used\ncount free\ncount leaked\n' | "$chap" "$core" 2>/dev/null |
+        sed -n 's/^\([0-9,]*\) allocations\{0,1\} use.*/\1/p' | tr -d , | tr '\n' ' ' >"$work/chap.counts"
+    "$dmem" summary "$prog" "$core" >"$work/sum.txt" 2>/dev/null
+    "$dmem" leaks --json "$prog" "$core" >"$work/leaks.json" 2>/dev/null
+    python3 - "$label" "$work/chap.counts" "$work/sum.txt" "$work/leaks.json" <<'PY'
+import json, re, sys
+label, counts, summary, leaks = sys.argv[1:]
+chap = [int(n) for n in open(counts).read().split()]
+text = open(summary).read()
+note = next(l for l in text.splitlines() if "read without libdmem" in l)
+num = lambda pattern: int(re.search(pattern, note).group(1))
+arenas, free = num(r"(\d+) arenas? and"), num(r"of which (\d+) free")
+in_tcaches, tcaches = num(r"(\d+) in tcaches"), num(r"and (\d+) threads?'s? tcaches?")
+used = int(re.search(r"^total: \d+ bytes in (\d+) blocks?", text, re.M).group(1))
+v = json.load(open(leaks))
+leaked = v["definitely_lost"]["blocks"] + v["indirectly_lost"]["blocks"]
+def plural(n, word):
+    return f"{n} {word}" + ("" if n == 1 else "s")
+if len(chap) != 3:
+    print(f"{label:<24} chap gave {len(chap)} counts, not 3")
+    sys.exit()
+moved = [chap[0] - in_tcaches - tcaches, chap[1] + in_tcaches - arenas, chap[2]]
+verdict = ", ".join(
+    f"{name} " + ("equal" if c == d else f"differ by {c - d:+}")
+    for name, c, d in zip(["used", "free", "leaked"], moved, [used, free, leaked])
+)
+print(f"{label:<24} used {chap[0]} / {used}, free {chap[1]} / {free}, leaked {chap[2]} / {leaked} "
+      f"(chap / dmem); with chap's {plural(in_tcaches, 'chunk')} in tcaches and "
+      f"{plural(tcaches, 'tcache')} as dmem counts them and its {plural(arenas, 'top chunk')} "
+      f"left out: {verdict}")
+PY
+}
+
 chap=${CHAP:-$(command -v chap || true)}
 if [ -n "$chap" ] && [ -x "$chap" ]; then
     echo "count leaked" >"$work/chap.in"
     row "chap: count leaked" sh -c "\"$chap\" \"$work/bare\" <\"$work/chap.in\""
     grep -i 'allocations' "$work/out.txt" | head -n 1
+    compare "chap vs dmem" "$work/leak_many" "$work/bare"
+    # The test's bare C++ program (four arenas, tcaches, fast and regular bins, mapped and
+    # memalign'd chunks, polymorphic types), stopped by gdb at its abort.
+    cp "$out_dir/fixtures/bare_heap" "$work/bare_heap"
+    (cd "$work" && gdb -batch -nx -q -ex run -ex "gcore $work/bare_heap.core" \
+        --args ./bare_heap abort >/dev/null 2>&1)
+    compare "  on bare_heap" "$work/bare_heap" "$work/bare_heap.core"
 else
     echo "chap: not found (build it from github.com/vmware/chap and set CHAP=/path/to/chap)"
 fi

@@ -464,3 +464,34 @@ fn a_growing_bare_process_is_diffed_by_type_and_size() {
     }
     assert!(!text.contains("0x0"), "{text}");
 }
+
+/// A statically linked program (glibc's malloc inside the executable, no libc.so mapped) cannot
+/// be read through glibc's heap: its core and the running process each get one line that says
+/// so, and nothing else is reported.
+#[test]
+fn a_statically_linked_program_gets_one_line() {
+    let prog = fixture("bare_static");
+    let dir = scratch_dir("bare-static");
+    let core = abort_core(&dir, &prog);
+    let mut cmd = Command::new(&prog);
+    cmd.arg("wait");
+    let target = live::start_command(cmd, "bare_static");
+    let pid = target.pid.to_string();
+    let (p, c) = (prog.to_str().unwrap(), core.to_str().unwrap());
+    for args in [vec!["leaks", p, c], vec!["summary", p, c], vec!["leaks", &pid]] {
+        let out = output(dmem().args(&args));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "dmem {args:?} succeeded");
+        assert!(
+            text(&out.stdout).is_empty(),
+            "dmem {args:?} printed {}",
+            text(&out.stdout)
+        );
+        assert_eq!(err.lines().count(), 1, "dmem {args:?}: {err}");
+        assert!(
+            err.starts_with("dmem") && err.contains("is statically linked"),
+            "dmem {args:?}: {err}"
+        );
+    }
+    drop(target);
+}

@@ -118,7 +118,7 @@ const TLS_SPAN: u64 = 16 * 1024;
 pub fn tcaches_of_threads(
     mem: &dyn Words,
     tps: &[u64],
-    known: &HashSet<u64>,
+    known: &HashSet<u64, AddrHash>,
     sizes: &dyn Fn(u64) -> Option<u64>,
 ) -> Vec<u64> {
     // Read backwards from the thread pointer in pieces, as far as memory goes.

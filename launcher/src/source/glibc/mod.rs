@@ -78,10 +78,17 @@ pub fn find(mem: &dyn Memory, maps: &Mappings, name: &str) -> Result<Glibc, Stri
         })
         .map(|p| p.to_path_buf())
     else {
+        // No dynamic loader mapped either: the program is statically linked, its allocator
+        // (glibc's or another) inside the executable, where nothing names it.
+        let linked = if files.iter().any(|p| file_name(p).starts_with("ld-")) {
+            "maps no libc.so"
+        } else {
+            "is statically linked (no libc.so or dynamic loader mapped)"
+        };
         return Err(format!(
-            "{name} ran without libdmem and maps no libc.so (a statically linked program?): dmem \
-             reads glibc's heap only through the data of a shared libc; run it with \
-             LD_PRELOAD=libdmem.so (a dynamically linked build)"
+            "{name} ran without libdmem and {linked}: dmem reads glibc's heap only through the \
+             data of a shared libc, so this heap cannot be read; build it dynamically linked \
+             and run it with LD_PRELOAD=libdmem.so"
         ));
     };
     let words = ImageWords(mem);
@@ -212,11 +219,13 @@ fn find_tcaches(
     found: &arenas::Arenas,
     g: &Glibc,
     tps: &[u64],
-) -> (Vec<u64>, HashSet<u64>) {
+) -> (Vec<u64>, HashSet<u64, AddrHash>) {
     let rules = free::Rules::of(g.version);
     let firsts: HashSet<u64> = found.heaps.iter().map(|h| h.first).collect();
     let mut in_tcache = Vec::new();
-    let mut tcaches = HashSet::new();
+    // Asked once for every chunk of a tcache's size or more (most of a heap of 600-byte
+    // blocks), so keyed by the address hash rather than SipHash.
+    let mut tcaches: HashSet<u64, AddrHash> = HashSet::default();
     for c in chunks.iter().filter(|c| c.in_use) {
         let fits = c.size == free::TCACHE_CHUNK
             || (c.size == free::TCACHE_CHUNK_OLD && g.version.is_none_or(|v| v < (2, 30)));
