@@ -11,7 +11,7 @@ mod gdbrun;
 use common::run;
 
 use common::{fixture, lib_path, make_core, scratch_dir};
-use run::{assert_none, bare, limit_for, mismatch, run_limited, status_text, timed_out, with_dmem};
+use run::{assert_none, bare, mismatch, run_limited, status_text, timed_out, with_dmem, LIMIT};
 use std::path::PathBuf;
 
 /// The library's options each fixture runs with over glibc's allocator: the defaults (recording
@@ -30,8 +30,7 @@ const GLIBC_OPTS: &[&str] = &[
 /// cost the full time limit.
 fn compare(name: &str, args: &[&str]) -> Vec<String> {
     let prog = fixture(name);
-    let limit = limit_for(name);
-    let want = run_limited(&mut bare(&prog, args), limit);
+    let want = run_limited(&mut bare(&prog, args), LIMIT);
     let what = [name].iter().chain(args).copied().collect::<Vec<_>>().join(" ");
     if !want.status.success() {
         return vec![format!(
@@ -52,7 +51,7 @@ fn compare(name: &str, args: &[&str]) -> Vec<String> {
     );
     let mut failures = Vec::new();
     for (i, (backend, opts, lib)) in configs.iter().enumerate() {
-        let got = run_limited(&mut with_dmem(&prog, args, opts, lib.as_deref()), limit);
+        let got = run_limited(&mut with_dmem(&prog, args, opts, lib.as_deref()), LIMIT);
         if let Some(why) = mismatch(&want, &got) {
             failures.push(format!("{what} (over {backend}, DMEM_OPTS={opts:?}): {why}"));
         }
@@ -126,7 +125,7 @@ fn unknown_stacks_allocations_are_recorded() {
         return;
     }
     let prog = fixture("stack_contexts");
-    let want = run_limited(&mut bare(&prog, &[]), limit_for("stack_contexts"));
+    let want = run_limited(&mut bare(&prog, &[]), LIMIT);
     assert!(want.status.success(), "stack_contexts fails bare");
     let kinds = kept_kinds(&common::text(&want.stdout));
     assert_eq!(

@@ -9,7 +9,7 @@ mod corefile;
 use common::run;
 
 use corefile::{Core, Elf, SHT_DYNSYM, SHT_SYMTAB};
-use run::{assert_none, bare, limit_for, mismatch, run_limited, status_text, with_dmem, FORK_LIMIT, LIMIT};
+use run::{assert_none, bare, mismatch, run_limited, status_text, with_dmem, LIMIT};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -75,7 +75,7 @@ fn bare_runs() -> &'static HashMap<&'static str, Output> {
         FIXTURES
             .iter()
             .map(|&name| {
-                let out = run_limited(&mut bare(common::fixture(name), &[]), limit_for(name));
+                let out = run_limited(&mut bare(common::fixture(name), &[]), LIMIT);
                 assert!(
                     out.status.success(),
                     "fixture {name} fails without libdmem ({}):\n{}{}",
@@ -95,10 +95,7 @@ fn compare_all(opts: &str, backend: Option<&Path>) -> Vec<String> {
     FIXTURES
         .iter()
         .filter_map(|&name| {
-            let got = run_limited(
-                &mut with_dmem(common::fixture(name), &[], opts, backend),
-                limit_for(name),
-            );
+            let got = run_limited(&mut with_dmem(common::fixture(name), &[], opts, backend), LIMIT);
             mismatch(&bare[name], &got).map(|why| format!("{name}: {why}"))
         })
         .collect()
@@ -156,7 +153,7 @@ fn fork_from_threaded_program_does_not_hang() {
     for opts in ["", "trace-file=/dev/null"] {
         let out = run_limited(
             &mut with_dmem(common::fixture("fork_threads"), &[], opts, None),
-            FORK_LIMIT,
+            LIMIT,
         );
         assert!(
             out.status.success(),
@@ -266,7 +263,7 @@ fn trace_stderr_keeps_output_and_is_consistent() {
     for &name in FIXTURES {
         let got = run_limited(
             &mut with_dmem(common::fixture(name), &[], "trace-stderr", None),
-            limit_for(name),
+            LIMIT,
         );
         if let Some(why) = mismatch(&bare[name], &got) {
             failures.push(format!("{name}: {why}"));

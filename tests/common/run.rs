@@ -9,25 +9,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Long enough for any fixture on a loaded two-core machine; only a hang (a deadlock after fork,
-/// say) comes near it. Not a performance bound.
+/// say) comes near it. Not a performance bound. The fork and deadlock fixtures, which take a few
+/// seconds when nothing deadlocks, get no shorter limit: pinned to one core beside other work,
+/// the fork fixture under `trace-stderr` (four threads hammering the allocator, each call a line
+/// on a pipe, 120 children scheduled on the same core) took 54 s and once more than 60 s, with
+/// no thread stuck.
 pub const LIMIT: Duration = Duration::from_secs(120);
-
-/// For the fork fixture and the deadlock fixtures (`hang_*`, `stack_*`), which take a few
-/// seconds when nothing deadlocks: a hang there is the expected failure, so it should not hold
-/// the suite up longer than need be. Yet pinned to one core beside other work, the fork fixture
-/// under `trace-stderr` (four threads hammering the allocator, each call a line on a pipe, 120
-/// children that must be scheduled on the same core) took 54 s and once more than 60 s, with
-/// no thread stuck, so the limit is no shorter than any other run's.
-pub const FORK_LIMIT: Duration = Duration::from_secs(120);
-
-/// The time limit for one run of a fixture.
-pub fn limit_for(fixture: &str) -> Duration {
-    if ["fork", "hang_", "stack_"].iter().any(|p| fixture.starts_with(p)) {
-        FORK_LIMIT
-    } else {
-        LIMIT
-    }
-}
 
 /// Runs `cmd` under `LIMIT` (dmem, mostly) and insists that it succeeded.
 pub fn run_ok(cmd: &mut Command) -> Output {
