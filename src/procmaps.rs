@@ -75,6 +75,85 @@ fn scan(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// How far above an address `readable_above` looks, in pages, before it leaves the question to
+/// the mappings: the most a thread's stack holds above its stack pointer in all but rare cases.
+const PROBE_PAGES: usize = 2048;
+
+/// Pages per `process_vm_readv` call: its two arrays (2 KiB) must fit any thread's stack.
+const PROBE_BATCH: usize = 128;
+
+/// Where the run of readable pages that holds `addr` ends, found without `/proc`: one
+/// `process_vm_readv` on this very process reads a byte of each page above `addr`, up to
+/// `PROBE_PAGES`, and the kernel stops at the first page that cannot be read. It never faults,
+/// never allocates and takes no lock in user space.
+///
+/// Why not the mappings: opening `/proc/thread-self/maps` makes the kernel keep directory
+/// entries under `/proc/PID` for the thread, which it must drop again when the process is
+/// reaped. For a short-lived child with a thread of its own that costs the parent's `waitpid`
+/// little on an idle machine but, with the processor shared by busy threads, seconds per child.
+///
+/// None when the system call is refused (a sandbox's seccomp filter) or the run goes on past
+/// `PROBE_PAGES`: the caller then reads the mappings. errno is left as it was.
+pub fn readable_above(addr: usize) -> Option<usize> {
+    // SAFETY: __errno_location returns the calling thread's errno slot, valid for its lifetime.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above; the slot is this thread's.
+    let saved = unsafe { *errno };
+    let found = probe_up(addr & !(PAGE - 1));
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+    found
+}
+
+const PAGE: usize = 4096;
+
+fn probe_up(first: usize) -> Option<usize> {
+    // SAFETY: getpid takes nothing and cannot fail; the raw call, so a forked child gets its own.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    let mut sink = [0u8; PROBE_BATCH];
+    let local = libc::iovec {
+        iov_base: sink.as_mut_ptr().cast(),
+        iov_len: sink.len(),
+    };
+    let mut remote = [libc::iovec {
+        iov_base: core::ptr::null_mut(),
+        iov_len: 1,
+    }; PROBE_BATCH];
+    let mut page = first;
+    for _ in 0..PROBE_PAGES / PROBE_BATCH {
+        for (k, r) in remote.iter_mut().enumerate() {
+            r.iov_base = page.wrapping_add(k * PAGE) as *mut libc::c_void;
+        }
+        // SAFETY: `local` describes our own buffer of PROBE_BATCH bytes, `remote` holds
+        // PROBE_BATCH one-byte ranges, one per page; the kernel reads them from this process
+        // and writes only into the buffer, stopping at the first it cannot read.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                pid,
+                &local as *const libc::iovec,
+                1usize,
+                remote.as_ptr(),
+                PROBE_BATCH,
+                0usize,
+            )
+        };
+        let readable = match n {
+            // The first page of this batch cannot be read.
+            // SAFETY: the calling thread's errno slot.
+            -1 if unsafe { *libc::__errno_location() } == libc::EFAULT => 0,
+            // Refused (seccomp, or a kernel without it).
+            n if n < 0 => return None,
+            n => n as usize,
+        };
+        if readable < PROBE_BATCH {
+            return (page + readable * PAGE > first).then_some(page + readable * PAGE);
+        }
+        page += PROBE_BATCH * PAGE;
+    }
+    None
+}
+
 /// Every mapping of the process, for the exit report's roots (see `analysis::roots`). Unlike
 /// `mapping_containing` it allocates, so the report calls it before it stops the other threads.
 pub fn all() -> Vec<Mapping> {

@@ -165,6 +165,63 @@ fn fork_from_threaded_program_does_not_hang() {
     }
 }
 
+/// A thread finds the top of its stack without looking anything up under `/proc`: the kernel
+/// keeps what a process looked up there and drops it again when the process is reaped, which,
+/// for a short-lived child with a thread of its own, made each `waitpid` of fork_threads' parent
+/// take seconds on one busy processor. Traced with strace: no file under `/proc` that lists
+/// mappings is opened, while every child's thread does probe its stack (`process_vm_readv`),
+/// which shows the trace covers the children.
+#[test]
+fn threads_find_their_stacks_without_proc() {
+    if !common::have_tool("strace") {
+        return;
+    }
+    let dir = common::scratch_dir("threads_find_their_stacks_without_proc");
+    let log = dir.join("strace.txt");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=openat,open,process_vm_readv", "-o"])
+        .arg(&log)
+        .arg("-E")
+        .arg(format!("LD_PRELOAD={}", common::lib_path().display()))
+        .args(["-E", "DMEM_OPTS="])
+        .arg(common::fixture("fork_threads"));
+    let out = run_limited(&mut cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "fork_threads under strace: {}\n{}{}",
+        status_text(&out.status),
+        common::text(&out.stdout),
+        common::text(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&log).expect("strace's log");
+    let maps: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("\"/proc/") && l.contains("maps\""))
+        .collect();
+    assert!(
+        maps.is_empty(),
+        "mappings read through /proc:\n{}",
+        maps.join("\n")
+    );
+    // strace numbers each line with the thread's id; the probing processes are the parent and
+    // its 120 children (each probes from the thread it starts).
+    let probing: HashSet<&str> = trace
+        .lines()
+        .filter(|l| l.contains("process_vm_readv("))
+        .filter_map(|l| {
+            l.split_once("process_vm_readv(")?
+                .1
+                .split_once(',')
+                .map(|(pid, _)| pid)
+        })
+        .collect();
+    assert!(
+        probing.len() > 120,
+        "{} processes probed their stacks:\n{trace:.2000}",
+        probing.len()
+    );
+}
+
 /// One trace line: `name(args) = result` or `free(ptr)`.
 struct Call {
     name: String,

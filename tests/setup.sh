@@ -10,7 +10,7 @@ packages=(gdb gcc g++ binutils libjemalloc2 libgoogle-perftools4 libmimalloc2.0 
     python3-venv python3-protobuf python3-pyflakes shellcheck valgrind:valgrind default-jdk-headless:javac
     nodejs:node sqlite3:sqlite3 openssl:openssl jq:jq vim:vim openssh-client:ssh-keygen xz-utils:xz
     git:git perl:perl apt:apt-cache curl:curl golang-go:go prometheus:prometheus gawk:gawk tcl:tclsh
-    make:make gnupg:gpg chromium:chromium debuginfod:debuginfod libc6-dbg groff-base:troff)
+    make:make strace:strace gnupg:gpg chromium:chromium debuginfod:debuginfod libc6-dbg groff-base:troff)
 missing=()
 for entry in "${packages[@]}"; do
     p=${entry%%:*}

@@ -1,6 +1,6 @@
 //! The bounds of the stack a walk runs on, which every stack read of the walker is checked
-//! against, from a thread's small cache of the stacks it has walked on, else from the kernel's
-//! list of mappings.
+//! against, from a thread's small cache of the stacks it has walked on, else from what the
+//! kernel says can be read above the stack pointer.
 //!
 //! A cached mapping can shrink: the kernel merges neighbouring anonymous mappings, so stacks a
 //! program maps for its coroutines side by side read as one mapping, and when it unmaps one of
@@ -22,12 +22,13 @@ const STACKS: usize = 4;
 /// main-thread stack that has grown below where it was first seen. Each is the mapping that held
 /// the stack pointer when it was first seen.
 ///
-/// The bounds come from `/proc/self/maps`, never from `pthread_getattr_np`: that holds the
-/// thread's lock while it calls realloc, so asking it from inside realloc deadlocks any thread
-/// that allocates from within it (the JVM and lld do, at thread start). A mapping may extend
-/// above the stack's real top where the kernel merged it with a neighbour; the walk still reads
-/// only mapped memory, and the outermost frame's unwind rule (clone's, `__start_context`'s) ends
-/// the walk before it gets there.
+/// The top of a stack is where the run of readable pages above the stack pointer ends
+/// (`procmaps::readable_above`), else the end of its mapping in `/proc/self/maps`; never
+/// `pthread_getattr_np`: that holds the thread's lock while it calls realloc, so asking it from
+/// inside realloc deadlocks any thread that allocates from within it (the JVM and lld do, at
+/// thread start). The run, like a mapping the kernel merged with a neighbour, may extend above
+/// the stack's real top; the walk still reads only readable memory, and the outermost frame's
+/// unwind rule (clone's, `__start_context`'s) ends the walk before it gets there.
 pub(super) struct KnownStacks {
     stacks: [(usize, usize); STACKS],
     /// How many unmaps this thread has taken into account (`UNMAPS`).
@@ -103,6 +104,21 @@ impl KnownStacks {
         if let Some(i) = self.stacks.iter().position(|&(lo, hi)| sp >= lo && sp < hi) {
             self.stacks[..=i].rotate_right(1);
             return Some(self.stacks[0].1);
+        }
+        // Above the stack pointer the pages were written already, so reading a byte of each
+        // commits nothing. Below it nothing is probed: a page there may never have been
+        // touched, and a guard page would end the run anyway. The range starts at the stack
+        // pointer's page, so a deeper call later probes again and the entry grows down.
+        if let Some(hi) = procmaps::readable_above(sp) {
+            let lo = sp & !4095;
+            if let Some(i) = self.stacks.iter().position(|&(_, h)| h == hi) {
+                self.stacks[i].0 = self.stacks[i].0.min(lo);
+                self.stacks[..=i].rotate_right(1);
+            } else {
+                self.stacks.rotate_right(1);
+                self.stacks[0] = (lo, hi);
+            }
+            return Some(hi);
         }
         if NO_MAPS.load(Ordering::Relaxed) {
             return None;
