@@ -7,13 +7,18 @@
 //! Only what belongs to the run and not to the leaks (preamble, process, record numbering) is
 //! left out. The programs: a C one at -O2 with a C function named `f` and allocations through
 //! inlined callers, a C++ one with templates, constructors and new[] at -O2, and two older
-//! fixtures (one at -O0, one with template names in its frames).
+//! fixtures (one at -O0, one with template names in its frames). A running process too: a
+//! program that has made its leaks and waits is read with `dmem leaks PID`, then let go to
+//! exit under `leak-report`, and the two documents compared the same way.
 
 mod common;
 
-use common::{dmem, fixture, lib_path, make_core, output, scratch_dir, text};
+use common::{dmem, fixture, lib_path, make_core, output, scratch_dir, text, COMMAND_LIMIT};
 use quick_xml::events::Event;
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 /// One loss record: its leaf elements in document order, as (path under `<error>`, text).
 type Record = Vec<(String, String)>;
@@ -404,4 +409,88 @@ fn by_default_both_list_what_valgrind_lists() {
     );
     record_with(&at_exit, "Leak_DefinitelyLost", "orphan_list");
     same_text("exit_vs_core", None);
+}
+
+/// A child process killed when dropped, so that a failed test leaves nothing waiting.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A program read live, then at its exit: it makes its leaks, says "ready" and waits for its
+/// standard input to end. `dmem leaks PID` reads it while it waits; then its input is
+/// closed, it exits, and its exit report (every class, as valgrind's XML) must hold the same
+/// records as the live one.
+#[test]
+fn a_running_process_and_its_exit_report() {
+    let dir = scratch_dir("exit_vs_live");
+    let prog = fixture("live_vs_exit");
+    let exit_xml = dir.join("exit.xml");
+    let opts = format!(
+        "leak-report,show-leak-kinds=all,gen-suppressions,report-format=xml,report-file={}",
+        exit_xml.display()
+    );
+    let mut child = Running(
+        common::preloaded(&prog, &opts, None)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fixture"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the fixture said nothing for a minute");
+    assert_eq!(ready.trim(), "ready");
+
+    let pid = child.0.id().to_string();
+    let out = output(dmem().arg("leaks").arg(&pid).args([
+        "--show-leak-kinds=all",
+        "--gen-suppressions",
+        "--limit",
+        "0",
+        "--format",
+        "xml",
+    ]));
+    assert!(out.status.success(), "dmem leaks: {}", text(&out.stderr));
+    let live = text(&out.stdout);
+    std::fs::write(dir.join("live.xml"), &live).unwrap();
+
+    // Its input ends: it exits, writing its report.
+    drop(child.0.stdin.take());
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(t.elapsed() < COMMAND_LIMIT, "the fixture did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the fixture: {status:?}");
+    let at_exit = records(&std::fs::read_to_string(&exit_xml).expect("the exit report's file"));
+    let from_live = records(&live);
+    assert_same("live_vs_exit", &at_exit, &from_live);
+    // What the fixture leaves, so that the two cannot agree on nothing or on the same mistake.
+    let f = record_with(&at_exit, "Leak_DefinitelyLost", "f");
+    assert_eq!(values(f, "leakedblocks").collect::<Vec<_>>(), ["3"]);
+    let inl = record_with(&at_exit, "Leak_DefinitelyLost", "inner_make");
+    assert_eq!(values(inl, "leakedblocks").collect::<Vec<_>>(), ["4"]);
+    let list = record_with(&at_exit, "Leak_DefinitelyLost", "orphan_list");
+    assert!(
+        values(list, "text").any(|t| t.contains("indirect")),
+        "{}",
+        show(list)
+    );
+    record_with(&at_exit, "Leak_PossiblyLost", "inner_make");
+    record_with(&at_exit, "Leak_StillReachable", "f");
 }

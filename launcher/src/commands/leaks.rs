@@ -2,27 +2,29 @@
 //! and still reachable), grouped by allocation stack, as text, JSON or valgrind's XML.
 
 use crate::analysis::reach::{Class, Heuristic};
-use crate::analysis::records;
+use crate::analysis::records::{self, LossRecords};
 use crate::analysis::suppressions::{Generated, Recorded, Stack};
-use crate::analysis::vgxml::{document, Record, Run};
+use crate::analysis::vgxml::{document, Run};
 use crate::cli;
 use crate::model::answer::{self, Answer, Form};
 use crate::model::frames::JsonFrame;
-use crate::model::heap::StackGroup;
 use crate::model::text::{hex, plural};
 use crate::steps::blocks::{
     groups, limited, problems_json, rest_line, select, stack_json, ProblemJson, StacksTotal,
 };
-use crate::steps::counts::{
-    by_class, counts, indirect_by_stack, key, roots_json, via_heuristic, Count, RootsJson,
-};
+use crate::steps::counts::{counts, key, roots_json, Count, RootsJson};
 use crate::steps::inspect::Inspect;
 use crate::steps::scan::Scan;
-use crate::steps::suppress::{suppress, used, Gate, UsedJson};
+use crate::steps::suppress::{used, Gate, UsedJson};
 use crate::Result;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+
+/// The loss records of a scan (`analysis::records`), each of one class of one stack: the
+/// stack's rank among the stacks ordered by their return addresses (valgrind's order between
+/// records of equal size), and its index in the walk.
+type Records = LossRecords<(u32, u32)>;
 
 /// What `dmem leaks` lists, and what counts for --error-exitcode, unless --show-leak-kinds and
 /// --errors-for-leak-kinds say otherwise: valgrind's default for both (3.19), which the exit
@@ -65,6 +67,12 @@ pub struct Leaks {
     /// Read through glibc's heap: groups by type and size, not stacks.
     #[serde(skip)]
     bare: bool,
+    /// The loss records, which the XML lists.
+    #[serde(skip)]
+    records: Records,
+    /// The classes listed, as `Class::bit`s.
+    #[serde(skip)]
+    show_bits: u8,
 }
 
 /// One stack of `leaks`.
@@ -83,9 +91,9 @@ pub struct LeakRow {
     /// The stack as suppressions and valgrind's XML see it (only for those).
     #[serde(skip)]
     site: Option<Rc<Recorded>>,
-    /// The bytes of the indirectly lost blocks its definitely lost blocks hold.
+    /// The stack's index in the walk.
     #[serde(skip)]
-    indirect: u64,
+    id: u32,
 }
 
 /// What the XML says of the image: its name, and the process's id and command line.
@@ -185,38 +193,31 @@ impl Leaks {
 }
 
 impl answer::Xml for Leaks {
-    /// memcheck's XML: one loss record per class of each listed stack.
+    /// memcheck's XML: the loss records of the listed stacks, in valgrind's order, as the exit
+    /// report writes them.
     fn xml(&self, warnings: Vec<String>) -> String {
-        let stacks: Vec<Option<Stack>> = self
-            .stacks
-            .iter()
-            .map(|r| r.site.as_ref().map(|s| s.stack()))
+        let rows: HashMap<u32, &LeakRow> = self.stacks.iter().map(|r| (r.id, r)).collect();
+        let listed: Vec<_> = self
+            .records
+            .listed(self.show_bits)
+            .filter_map(|r| {
+                let row = rows.get(&r.key.1)?;
+                Some((r, row.site.as_ref()?, *row))
+            })
             .collect();
-        let mut records = Vec::new();
-        for (r, stack) in self.stacks.iter().zip(&stacks) {
-            let (Some(site), Some(stack)) = (&r.site, stack) else {
-                continue;
-            };
-            for &class in &Class::ALL {
-                let n = &r.classes[&key(class)];
-                if n.blocks == 0 {
-                    continue;
-                }
-                records.push(Record {
-                    class,
-                    bytes: n.bytes,
-                    blocks: n.blocks,
-                    indirect: if class == Class::DefinitelyLost {
-                        r.indirect
-                    } else {
-                        0
-                    },
-                    stack,
-                    alloc_ip: site.alloc_ip,
-                    suppression: r.suppressions.iter().find(|(c, _)| *c == class).map(|(_, g)| g),
-                });
-            }
-        }
+        let stacks: Vec<Stack> = listed.iter().map(|(_, site, _)| site.stack()).collect();
+        let records: Vec<_> = listed
+            .iter()
+            .zip(&stacks)
+            .map(|((r, site, row), stack)| {
+                let gen = row
+                    .suppressions
+                    .iter()
+                    .find(|(c, _)| *c == r.class)
+                    .map(|(_, g)| g);
+                r.xml(stack, site.alloc_ip, gen)
+            })
+            .collect();
         let mut preamble = vec![format!(
             "dmem leaks of {}, in memcheck's format",
             self.process.image
@@ -266,33 +267,40 @@ impl Leaks {
     fn of(scan: &mut Scan, gate: &mut Gate, args: &cli::LeaksArgs, sites: bool) -> Result<Leaks> {
         let f = &args.filters;
         let shown: Vec<Class> = args.show.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
-        let mut every = select(&mut scan.ins, f, None)?;
-        let suppressed = suppress(scan, gate, &mut every);
+        let show_bits = bits(&shown);
+        let every = select(&mut scan.ins, f, None)?;
+        let recs = records_of(scan, gate, &every);
+        // The blocks listed: of the classes shown, in records no suppression took.
+        let kept: HashMap<(u32, Class), &records::LossRecord<(u32, u32)>> =
+            recs.listed(show_bits).map(|r| ((r.key.1, r.class), r)).collect();
+        let blocks = &scan.ins.heap.blocks;
         let sel: Vec<usize> = every
             .iter()
             .copied()
-            .filter(|&i| shown.contains(&scan.c.class[i]))
+            .filter(|&i| kept.contains_key(&(blocks[i].stack, scan.c.class[i])))
             .collect();
         let groups = groups(&scan.ins, &sel);
         let listed = limited(&groups, f.limit);
-        let indirect = indirect_by_stack(scan);
         let errors_for: Vec<Class> = args.errors_for.clone().map_or(DEFAULT_SHOW.to_vec(), |c| c.0);
-        let errors = by_class(scan, &every)
-            .iter()
-            .zip(Class::ALL)
-            .filter(|(_, c)| errors_for.contains(c))
-            .fold(Count { blocks: 0, bytes: 0 }, |n, ((blocks, bytes), _)| Count {
-                blocks: n.blocks + blocks,
-                bytes: n.bytes + bytes,
-            });
+        let (blocks, bytes) = recs.errors(bits(&errors_for));
         let stacks = listed
             .iter()
             .enumerate()
             .map(|(k, g)| {
-                let mut row = LeakRow::of(scan, &sel, k, g);
-                row.indirect = indirect.get(&g.stack).copied().unwrap_or(0);
+                let of = |c: Class| kept.get(&(g.stack, c)).map_or((0, 0), |r| (r.blocks, r.bytes));
+                let mut row = LeakRow {
+                    rank: k + 1,
+                    blocks: g.blocks,
+                    bytes: g.bytes,
+                    example: hex(g.example),
+                    classes: counts(Class::ALL.map(of)),
+                    stack: stack_json(&mut scan.ins, g.stack),
+                    suppressions: Vec::new(),
+                    site: None,
+                    id: g.stack,
+                };
                 if sites || args.gen_suppressions {
-                    row.site = Some(gate.stack(&mut scan.ins, g.stack));
+                    row.site = Some(gate.sites.stack(&mut scan.ins, g.stack));
                 }
                 if args.gen_suppressions {
                     row.suppressions = row.generated();
@@ -300,11 +308,18 @@ impl Leaks {
                 row
             })
             .collect();
+        let via = recs.via();
+        let (n, b) = recs.suppressed;
         Ok(Leaks {
             show: shown.iter().map(|&c| c.word()).collect(),
-            classes: counts(by_class(scan, &every)),
-            reachable_via_heuristic: via_heuristic(scan, &every),
-            suppressed,
+            classes: counts(recs.totals),
+            reachable_via_heuristic: Heuristic::ALL
+                .into_iter()
+                .zip(via)
+                .filter(|(_, v)| v.0 > 0)
+                .map(|(h, (blocks, bytes))| (h, Count { blocks, bytes }))
+                .collect(),
+            suppressed: Count { blocks: n, bytes: b },
             suppressions_used: used(gate),
             total: StacksTotal::of(&groups),
             stacks,
@@ -313,35 +328,55 @@ impl Leaks {
             warnings: gate.warnings(),
             problems: problems_json(&scan.ins.heap.problems()),
             gating: !args.suppressions.is_empty(),
-            errors,
+            errors: Count { blocks, bytes },
             rest: rest_line(&groups, listed.len(), scan.ins.is_bare()),
             process: Process::of(&scan.ins),
             bare: scan.ins.is_bare(),
+            records: recs,
+            show_bits,
         })
     }
 }
 
-impl LeakRow {
-    /// The `k`th listed group, its blocks among `sel` counted by class.
-    fn of(scan: &mut Scan, sel: &[usize], k: usize, g: &StackGroup) -> LeakRow {
-        let mine: Vec<usize> = sel
-            .iter()
-            .copied()
-            .filter(|&i| scan.ins.heap.blocks[i].stack == g.stack)
-            .collect();
-        LeakRow {
-            rank: k + 1,
-            blocks: g.blocks,
-            bytes: g.bytes,
-            example: hex(g.example),
-            classes: counts(by_class(scan, &mine)),
-            stack: stack_json(&mut scan.ins, g.stack),
-            suppressions: Vec::new(),
-            site: None,
-            indirect: 0,
-        }
-    }
+/// A set of classes as `Class::bit`s.
+fn bits(classes: &[Class]) -> u8 {
+    classes.iter().fold(0, |set, c| set | c.bit())
+}
 
+/// The loss records of the blocks `every` (`analysis::records`, as the exit report groups
+/// them), of every class, less what `--suppressions` match.
+fn records_of(scan: &mut Scan, gate: &mut Gate, every: &[usize]) -> Records {
+    let stacks = &scan.ins.heap.stacks;
+    let mut by_frames: Vec<u32> = (0..stacks.len() as u32).collect();
+    by_frames.sort_by(|&a, &b| stacks[a as usize].cmp(&stacks[b as usize]));
+    let mut rank = vec![0u32; stacks.len()];
+    for (k, &id) in by_frames.iter().enumerate() {
+        rank[id as usize] = k as u32;
+    }
+    let blocks = &scan.ins.heap.blocks;
+    let marks = records::Marks {
+        class: &scan.c.class,
+        heuristic: &scan.c.heuristic,
+        head: &scan.c.head,
+    };
+    let mut recs = Records::group(
+        &marks,
+        every.iter().copied(),
+        |i| blocks[i].addr,
+        |i| blocks[i].size,
+        |i| (rank[blocks[i].stack as usize], blocks[i].stack),
+        Class::ALL_BITS,
+    );
+    if !gate.sup.is_empty() {
+        let (sites, ins) = (&mut gate.sites, &mut scan.ins);
+        recs.suppress(&mut gate.sup, |sup, &(_, id), class| {
+            sup.find(&sites.stack(ins, id).stack(), class)
+        });
+    }
+    recs
+}
+
+impl LeakRow {
     /// valgrind's suppression of each class the stack has.
     fn generated(&self) -> Vec<(Class, Generated)> {
         let Some(site) = &self.site else {

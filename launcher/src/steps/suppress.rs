@@ -1,21 +1,24 @@
-//! `--suppressions` applied to the loss records of a scan (one class of one stack each), as
-//! valgrind applies them: each recorded stack made ready for matching once, the records a
-//! suppression matches taken out of every class, and the suppressions used.
+//! `--suppressions` for the loss records of a scan (one class of one stack each, grouped and
+//! taken out of the report by `analysis::records`): the files read, each recorded stack made
+//! ready for matching once, and the suppressions used.
 
 use crate::analysis::allocfn::{Alloc, Callees};
-use crate::analysis::reach::Class;
 use crate::analysis::suppressions::{Problem, Recorded, Suppressions};
-use crate::steps::counts::Count;
 use crate::steps::inspect::Inspect;
-use crate::steps::scan::Scan;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// The suppressions of `--suppressions`, and each recorded stack made ready for them once.
 pub struct Gate {
     pub sup: Suppressions,
     problems: Vec<Problem>,
+    pub sites: Sites,
+}
+
+/// Each recorded stack as suppressions and valgrind's XML see it, made once.
+#[derive(Default)]
+pub struct Sites {
     callees: Callees,
     stacks: HashMap<u32, Rc<Recorded>>,
 }
@@ -26,11 +29,29 @@ impl Gate {
         Gate {
             sup,
             problems,
-            callees: Callees::default(),
-            stacks: HashMap::new(),
+            sites: Sites::default(),
         }
     }
 
+    /// The lines saying which files were left out and what was skipped.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .problems
+            .iter()
+            .map(|p| format!("warning: this run had no suppressions from {p}"))
+            .collect();
+        out.extend(
+            self.sup
+                .files
+                .iter()
+                .filter_map(|f| f.skipped_note())
+                .map(|n| format!("note: {n}")),
+        );
+        out
+    }
+}
+
+impl Sites {
     /// A stack symbolised, with the allocation function its first frame called (read from the
     /// image's code and GOT) and the object that function is in.
     pub fn stack(&mut self, ins: &mut Inspect, id: u32) -> Rc<Recorded> {
@@ -69,23 +90,6 @@ impl Gate {
         self.stacks.insert(id, owned.clone());
         owned
     }
-
-    /// The lines saying which files were left out and what was skipped.
-    pub fn warnings(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .problems
-            .iter()
-            .map(|p| format!("warning: this run had no suppressions from {p}"))
-            .collect();
-        out.extend(
-            self.sup
-                .files
-                .iter()
-                .filter_map(|f| f.skipped_note())
-                .map(|n| format!("note: {n}")),
-        );
-        out
-    }
 }
 
 /// A suppression used.
@@ -100,34 +104,6 @@ pub struct UsedJson {
     /// The line valgrind -v writes for it.
     #[serde(skip)]
     pub text: String,
-}
-
-/// Takes out of `every` the loss records (one class of one stack) a suppression matches, from
-/// every class, listed or not, as valgrind's suppressions do; the blocks and bytes taken.
-pub fn suppress(scan: &mut Scan, gate: &mut Gate, every: &mut Vec<usize>) -> Count {
-    let mut suppressed = Count { blocks: 0, bytes: 0 };
-    if gate.sup.is_empty() {
-        return suppressed;
-    }
-    let mut records: BTreeMap<(u32, Class), (u64, u64)> = BTreeMap::new();
-    for &i in every.iter() {
-        let b = &scan.ins.heap.blocks[i];
-        let r = records.entry((b.stack, scan.c.class[i])).or_default();
-        r.0 += 1;
-        r.1 += b.size;
-    }
-    let mut gone = std::collections::HashSet::new();
-    for ((stack, class), (n, bytes)) in records {
-        let owned = gate.stack(&mut scan.ins, stack);
-        if let Some(hit) = gate.sup.find(&owned.stack(), class) {
-            gate.sup.record(hit, n, bytes);
-            gone.insert((stack, class));
-            suppressed.blocks += n;
-            suppressed.bytes += bytes;
-        }
-    }
-    every.retain(|&i| !gone.contains(&(scan.ins.heap.blocks[i].stack, scan.c.class[i])));
-    suppressed
 }
 
 /// The suppressions used, in the order valgrind lists them.
