@@ -11,7 +11,13 @@ package can make the next command build everything above it a second time; this 
 """
 
 import json
+import os
+import re
 import sys
+
+# The hash cargo puts in the name of what it compiles, one per variant of a unit (features,
+# dependencies, profile); the libraries and binaries it copies up to target/release have none.
+HASH = re.compile(r"-([0-9a-f]{16})(?:\.|$)")
 
 
 def artifacts(path):
@@ -32,6 +38,10 @@ def key(msg):
     return (msg["package_id"], msg["target"]["name"], tuple(msg["target"]["kind"]))
 
 
+def hashes(msg):
+    return {h for f in msg["filenames"] for h in HASH.findall(os.path.basename(f))}
+
+
 def name(msg):
     pkg = msg["package_id"].rsplit("#", 1)[-1]
     return "%s (%s %s)" % (pkg, "/".join(msg["target"]["kind"]), msg["target"]["name"])
@@ -47,18 +57,22 @@ def main(argv):
     for m in build:
         if not m["fresh"]:
             problems.append("cargo build --release compiled %s again after the demo" % name(m))
-    built_files = {f for m in build for f in m["filenames"]}
+    built_hashes = {}
+    for m in build:
+        built_hashes.setdefault(key(m), set()).update(hashes(m))
     for m in demo:
-        if not set(m["filenames"]) <= built_files:
+        if not hashes(m) <= built_hashes.get(key(m), set()):
             problems.append(
                 "the demo compiled a variant of %s that cargo build --release does not use"
                 % name(m)
             )
-    built = {key(m) for m in build}
+    built = set(built_hashes)
     for m in test:
-        if not m["profile"]["test"] and key(m) in built and not m["fresh"]:
+        if m["profile"]["test"] or key(m) not in built:
+            continue
+        if not m["fresh"] or not hashes(m) <= built_hashes[key(m)]:
             problems.append(
-                "cargo test --release compiled %s again after cargo build --release" % name(m)
+                "cargo test --release uses another build of %s than cargo build --release" % name(m)
             )
     for p in problems:
         print("one_build: " + p, file=sys.stderr)
