@@ -59,9 +59,10 @@ pub fn library() -> Result<PathBuf> {
     }
 }
 
-/// `cargo run --bin dmem` builds the launcher alone, not the library beside it. When cargo ran
-/// this launcher from its own source tree, build the library of the same profile into the same
-/// directory first (cargo does nothing when it is up to date), so a fresh clone's first
+/// `cargo run --bin dmem` compiles the library too, as the launcher's dependency, but cargo
+/// leaves a dependency's .so in `deps/`, not beside the launcher. When cargo ran this launcher
+/// from its own source tree, have cargo put the library of the same profile there (it compiles
+/// nothing, having just built it), so a fresh clone's first
 /// `cargo run --release --bin dmem -- demo` works and a changed library is never used stale.
 fn build_library_under_cargo_run(dir: &Path) -> Result<()> {
     // Once per run of the launcher.
@@ -86,9 +87,9 @@ fn build_library_under_cargo_run(dir: &Path) -> Result<()> {
         profile
     };
     let status = Command::new(cargo)
-        // At the workspace's top, `--lib` builds the library (and the analysis) with the
+        // At the workspace's top, `--lib` selects the library (and the analysis) with the
         // dependencies' features resolved as for `cargo build` there, the launcher's package
-        // among the selected: the same libdmem.so, not a second variant of it.
+        // among the selected: the libdmem.so `cargo run` just built, not a second variant.
         .args(["build", "--lib", "--profile"])
         .arg(profile)
         .arg("--target-dir")
