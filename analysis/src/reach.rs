@@ -471,6 +471,10 @@ pub struct Marker {
     /// a later clique took in turn): memcheck adds its bytes to that head's loss record.
     head: Vec<usize>,
     work: Vec<usize>,
+    /// The words of the run of memory being marked from, copied out of the source: one buffer
+    /// for the whole mark, where one made for each block scanned was zeroed each time (2 KiB
+    /// of stores a block).
+    words: [usize; 256],
 }
 
 impl Marker {
@@ -482,6 +486,7 @@ impl Marker {
             heuristic: Vec::with_capacity(n),
             head: Vec::with_capacity(n),
             work: Vec::with_capacity(2 * n + 1),
+            words: [0; 256],
         }
     }
 
@@ -500,6 +505,7 @@ impl Marker {
         let heur = &mut self.heuristic;
         let heads = &mut self.head;
         let work = &mut self.work;
+        let words = &mut self.words;
         heads.clear();
         heads.resize(blocks.len(), usize::MAX);
         state.clear();
@@ -549,7 +555,7 @@ impl Marker {
                     mark(w, true, state, heur, work, src);
                 }
             };
-            scan_with(src, s, e, &mut run);
+            scan_with(src, s, e, words, &mut run);
         }
         for &w in values {
             mark(w, true, state, heur, work, src);
@@ -564,7 +570,7 @@ impl Marker {
                     mark(w, sure, state, heur, work, src);
                 }
             };
-            scan_with(src, s, e, &mut run);
+            scan_with(src, s, e, words, &mut run);
         }
 
         self.cliques(blocks, src);
@@ -637,10 +643,16 @@ impl Marker {
 }
 
 /// Scans `[start, end)` of `src` with `run`, which also gets `src` back for the heuristics'
-/// reads: the words of a run are copied out first, so `src` is free again while they are marked.
-fn scan_with<S: Source>(src: &mut S, start: usize, end: usize, run: &mut dyn FnMut(&[usize], &mut S)) {
+/// reads: the words of a run are copied out first, into `buf`, so `src` is free again while they
+/// are marked.
+fn scan_with<S: Source>(
+    src: &mut S,
+    start: usize,
+    end: usize,
+    buf: &mut [usize; 256],
+    run: &mut dyn FnMut(&[usize], &mut S),
+) {
     let mut at = (start + 7) & !7;
-    let mut buf = [0usize; 256];
     while at + 8 <= end {
         let stop = end.min(at + 8 * buf.len());
         let mut n = 0;

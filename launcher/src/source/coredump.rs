@@ -304,6 +304,16 @@ impl Memory for CoreDump {
         all
     }
 
+    fn borrow(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let l = &self.loads[self.loads.partition_point(|l| l.vaddr <= addr).checked_sub(1)?];
+        let rel = addr - l.vaddr;
+        if rel.checked_add(len)? > l.filesz {
+            return None;
+        }
+        let at = usize::try_from(l.offset + rel).ok()?;
+        self.data.get(at..at.checked_add(usize::try_from(len).ok()?)?)
+    }
+
     /// Every header a walk can believe is in the core's own bytes (a heap is never left out
     /// of a core while the files mapped beside it may be).
     fn bound(&self) -> u64 {

@@ -70,6 +70,13 @@ pub trait Memory {
         all
     }
 
+    /// The `len` bytes at `addr` where they are, without a copy, when the source holds them in
+    /// one piece that does not change (a core's segment, a stopped process's copy): what a walk
+    /// reads a header's fields from. None: ask `read` for them.
+    fn borrow(&self, _addr: u64, _len: u64) -> Option<&[u8]> {
+        None
+    }
+
     /// The readable stretch of memory that holds `addr` (a mapping, a core's segment), if any.
     fn extent(&self, _addr: u64) -> Option<(u64, u64)> {
         None
@@ -418,6 +425,10 @@ impl Memory for CopiedMemory {
             }
             _ => self.live.read(addr, buf),
         }
+    }
+
+    fn borrow(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        self.copied(addr)?.get(..usize::try_from(len).ok()?)
     }
 
     fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {

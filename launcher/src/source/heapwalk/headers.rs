@@ -3,59 +3,64 @@
 //! process stepped over, and the problem a bad link makes worded as `dmem verify` prints it.
 
 use super::found::{Block, Problem};
-use super::layout::Layout;
+use super::layout::{word_at, Layout};
 use crate::source::memory::{AddrHash, Memory, ReadError};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Buffers reused from list to list.
 #[derive(Default)]
 pub(super) struct ListScratch {
+    /// Each block's `stack` indexes `stacks`, this walk's own numbering.
     pub(super) blocks: Vec<Block>,
-    /// `nframes` words per block, in step with `blocks`.
-    pub(super) frames: Vec<u64>,
-    header: Vec<u8>,
+    /// Each distinct stack this walk met, in the order first met, trailing zero frames left out.
+    pub(super) stacks: Vec<Box<[u64]>>,
+    /// The index in `stacks` of each of them.
+    ids: HashMap<Box<[u64]>, u32, AddrHash>,
+    /// The frames of the header at hand.
+    frames: Vec<u64>,
 }
 
 impl ListScratch {
     pub(super) fn clear(&mut self) {
         self.blocks.clear();
-        self.frames.clear();
+        self.stacks.clear();
+        self.ids.clear();
     }
 
-    /// Keeps the block of the sound header at `h` on list `i`, just read into `self.header`,
-    /// and its frames.
-    fn push(&mut self, l: &Layout, i: u64, h: u64, f: &HeaderFields) {
+    /// Keeps the block of the sound header at `h` on list `i`, whose bytes are `hd`, and its
+    /// stack. The stack is looked up while the header is in the cache: a heap has far fewer
+    /// stacks than blocks, so keeping each block's frames to intern later would write and
+    /// read back 80 bytes a block.
+    fn push(&mut self, l: &Layout, i: u64, h: u64, f: &HeaderFields, hd: &[u8]) {
+        self.frames.clear();
+        self.frames
+            .extend((0..l.nframes).map(|k| word_at(hd, l.off_frames + 8 * k)));
+        let used = self.frames.iter().rposition(|&f| f != 0).map_or(0, |p| p + 1);
+        let frames = &self.frames[..used];
+        let stack = match self.ids.get(frames) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                self.stacks.push(frames.into());
+                self.ids.insert(frames.into(), id);
+                id
+            }
+        };
         self.blocks.push(Block {
             addr: h + l.header_size,
             size: f.size,
             tid: f.tid,
-            stack: 0,
+            stack,
             list: i as u16,
             named_list: f.list as u16,
             align_log2: f.align_log2,
         });
-        let hd = &self.header;
-        let word = |off: u64| u64::from_le_bytes(hd[off as usize..off as usize + 8].try_into().unwrap());
-        self.frames
-            .extend((0..l.nframes).map(|k| word(l.off_frames + 8 * k)));
     }
 
     /// Keeps the first of blocks read more than once (by a walk over a list that changed).
-    pub(super) fn drop_repeats(&mut self, nframes: usize) {
+    pub(super) fn drop_repeats(&mut self) {
         let mut seen: HashSet<u64, AddrHash> = HashSet::default();
-        let keep: Vec<bool> = self.blocks.iter().map(|b| seen.insert(b.addr)).collect();
-        if keep.iter().all(|&k| k) {
-            return;
-        }
-        let mut k = keep.iter();
-        self.blocks.retain(|_| *k.next().unwrap_or(&true));
-        let frames = std::mem::take(&mut self.frames);
-        self.frames = frames
-            .chunks(nframes)
-            .zip(&keep)
-            .filter(|(_, &k)| k)
-            .flat_map(|(f, _)| f.iter().copied())
-            .collect();
+        self.blocks.retain(|b| seen.insert(b.addr));
     }
 }
 
@@ -137,9 +142,10 @@ fn after_freed(
         Some(b) => {
             let p = b.addr - hs;
             mem.forget_range(p, hs);
-            read_header(mem, l, i, p, &mut s.header, strict, None)?
+            let mut buf = vec![0u8; hs as usize];
+            read_header(mem, l, i, p, &mut buf, strict, None)?
                 .ok()
-                .map(|f| f.next)
+                .map(|(f, _)| f.next)
         }
         None => mem.u64_fresh(head_addr).ok(),
     })
@@ -209,7 +215,7 @@ pub(super) fn walk_headers(
         moved: false,
         handed: (0, 0),
     };
-    s.header.resize(hs as usize, 0);
+    let mut buf = vec![0u8; hs as usize];
     let (mut h, mut prev, mut steps, mut recoveries) = (head, 0u64, 0u64, 0u32);
     while h != 0 {
         if steps >= cap {
@@ -223,12 +229,12 @@ pub(super) fn walk_headers(
             });
             break;
         }
-        let mut fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
+        let mut fields = read_header(mem, l, i, h, &mut buf, strict, Some(prev))?;
         if fields.is_err() && !strict && recoveries < MAX_RECOVERIES {
             recoveries += 1;
             walk.moved = true;
             mem.forget_range(h, hs);
-            fields = read_header(mem, l, i, h, &mut s.header, strict, Some(prev))?;
+            fields = read_header(mem, l, i, h, &mut buf, strict, Some(prev))?;
             if fields.is_err() {
                 if let Some(next) = after_freed(mem, l, i, head_addr, s, strict)?.filter(|&n| n != h) {
                     h = next;
@@ -236,8 +242,8 @@ pub(super) fn walk_headers(
                 }
             }
         }
-        let f = match fields {
-            Ok(f) => f,
+        let (f, hd) = match fields {
+            Ok(found) => found,
             Err(bad) => {
                 walk.problem = Some(bad_link(l, i, h, prev, &bad));
                 break;
@@ -270,7 +276,7 @@ pub(super) fn walk_headers(
             steps += 1;
             continue;
         }
-        s.push(l, i, h, &f);
+        s.push(l, i, h, &f, hd);
         prev = h;
         h = f.next;
         steps += 1;
@@ -294,31 +300,34 @@ struct HeaderFields {
     align_log2: u8,
 }
 
-/// Reads the header at `h` into `buf` and checks it: aligned, readable, live, and (unless
-/// `strict`, which reports it later instead) on list `i`. The inner `Err` says why it is not
-/// believed. A header that names another list but whose back link is `came_from` is linked
+/// Reads the header at `h` and checks it: aligned, readable, live, and (unless `strict`, which
+/// reports it later instead) on list `i`; gives its fields and its bytes, where the memory
+/// holds them (a core's), else copied into `buf`. The inner `Err` says why it is not believed. A header that names another list but whose back link is `came_from` is linked
 /// right here whatever its size word says (a write changed that word, which `verify` reports
 /// and the size check judges), so it is believed as a strict walk believes it: the same answer
 /// in a core and in a running process.
-fn read_header(
-    mem: &dyn Memory,
+fn read_header<'a>(
+    mem: &'a dyn Memory,
     l: &Layout,
     i: u64,
     h: u64,
-    buf: &mut [u8],
+    buf: &'a mut [u8],
     strict: bool,
     came_from: Option<u64>,
-) -> Result<Result<HeaderFields, Bad>, std::io::Error> {
+) -> Result<Result<(HeaderFields, &'a [u8]), Bad>, std::io::Error> {
     // Headers are at least 8-aligned (the user pointer is 16-aligned, the header 112 bytes).
     if !h.is_multiple_of(8) {
         return Ok(Err(Bad::Misaligned));
     }
-    match mem.read(h, buf) {
-        Ok(()) => {}
-        Err(ReadError::Unmapped) => return Ok(Err(Bad::Unreadable)),
-        Err(ReadError::Denied(e)) => return Err(e),
-    }
-    let u64_at = |off: u64| u64::from_le_bytes(buf[off as usize..off as usize + 8].try_into().unwrap());
+    let buf: &[u8] = match mem.borrow(h, buf.len() as u64) {
+        Some(bytes) => bytes,
+        None => match mem.read(h, buf) {
+            Ok(()) => buf,
+            Err(ReadError::Unmapped) => return Ok(Err(Bad::Unreadable)),
+            Err(ReadError::Denied(e)) => return Err(e),
+        },
+    };
+    let u64_at = |off: u64| word_at(buf, off);
     let u32_at = |off: u64| u32::from_le_bytes(buf[off as usize..off as usize + 4].try_into().unwrap());
     let stored = u32_at(l.off_magic);
     let magic = l.magic_state(h, stored);
@@ -335,7 +344,7 @@ fn read_header(
     if list != i && !strict && came_from != Some(u64_at(l.off_prev)) {
         return Ok(Err(Bad::OtherList(list)));
     }
-    Ok(Ok(HeaderFields {
+    let fields = HeaderFields {
         handed,
         next: u64_at(l.off_next),
         prev: u64_at(l.off_prev),
@@ -343,5 +352,6 @@ fn read_header(
         tid: u32_at(l.off_tid),
         list,
         align_log2: field(l.size_align_shift, l.size_align_bits) as u8,
-    }))
+    };
+    Ok(Ok((fields, buf)))
 }

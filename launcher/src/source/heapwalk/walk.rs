@@ -44,24 +44,20 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
         }
         let scratch = &mut best;
         if !read.consistent {
-            scratch.drop_repeats(layout.nframes as usize);
+            scratch.drop_repeats();
         }
-        for (b, frames) in scratch
-            .blocks
-            .iter_mut()
-            .zip(scratch.frames.chunks(layout.nframes as usize))
-        {
-            let used = frames.iter().rposition(|&f| f != 0).map_or(0, |p| p + 1);
-            let frames = &frames[..used];
-            b.stack = match interned.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = out.stacks.len() as u32;
-                    out.stacks.push(frames.into());
-                    interned.insert(frames.into(), id);
-                    id
-                }
-            };
+        // The walk's own stack numbers become the image's, numbered in the order the kept
+        // blocks first name them.
+        let mut ids: Vec<Option<u32>> = vec![None; scratch.stacks.len()];
+        for b in &mut scratch.blocks {
+            let id = &mut ids[b.stack as usize];
+            b.stack = *id.get_or_insert_with(|| {
+                let frames = &scratch.stacks[b.stack as usize];
+                *interned.entry(frames.clone()).or_insert_with(|| {
+                    out.stacks.push(frames.clone());
+                    out.stacks.len() as u32 - 1
+                })
+            });
         }
         out.blocks.extend_from_slice(&scratch.blocks);
         out.counters.add(&read.counters);
