@@ -1,9 +1,11 @@
 // build: -O2
 /* The same leaks told by the exit report and by `dmem leaks` on the abort-shutdown core of the
- * same run (tests/exit_vs_core.rs). Built at -O2 so that the callers of the allocations are
- * inlined into main: every frame name, the inlined ones too, must come out the same on both
- * sides. A C function named `f` (a bare symbol, which a C++ demangler would read as the type
- * `float`) allocates some of them. What is left at exit:
+ * same run, or on the running process (tests/exit_vs_core.rs). Given `wait`, the program makes
+ * its leaks, says "ready" with write(2) (stdio's buffer would be freed on the way out) and
+ * waits until its standard input ends before it exits. Built at -O2 so that the callers of the
+ * allocations are inlined into main: every frame name, the inlined ones too, must come out the
+ * same on both sides. A C function named `f` (a bare symbol, which a C++ demangler would read as
+ * the type `float`) allocates some of them. What is left at exit:
  * - 3 blocks of 24 bytes from f, called from main: definitely lost;
  * - a 64-byte list head, definitely lost, holding 2 nodes of 40 bytes: indirectly lost;
  * - 5 blocks of 100 bytes allocated through two inlined callers: definitely lost;
@@ -12,6 +14,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct node {
     struct node *next;
@@ -77,7 +80,18 @@ __attribute__((noinline)) static void scrub_stack(void)
         area[i] = 0;
 }
 
-int main(void)
+/* Says "ready" and reads standard input to its end; never inlined, so that main's registers
+ * hold nothing of the blocks while it waits. */
+__attribute__((noinline)) static void wait_for_end(void)
+{
+    char buf[64];
+    if (write(1, "ready\n", 6) != 6)
+        exit(1);
+    while (read(0, buf, sizeof buf) > 0)
+        ;
+}
+
+int main(int argc, char **argv)
 {
     for (int i = 0; i < 3; i++)
         __asm__ volatile("" : : "r"(f(24)) : "memory");
@@ -87,5 +101,7 @@ int main(void)
     inside = (char *)inner_make(72) + 16;
     keep = f(32);
     scrub_stack();
+    if (argc > 1 && strcmp(argv[1], "wait") == 0)
+        wait_for_end();
     return 0;
 }

@@ -428,7 +428,7 @@ impl Drop for Running {
 #[test]
 fn a_running_process_and_its_exit_report() {
     let dir = scratch_dir("exit_vs_live");
-    let prog = fixture("live_vs_exit");
+    let prog = fixture("exit_vs_core");
     let exit_xml = dir.join("exit.xml");
     let opts = format!(
         "leak-report,show-leak-kinds=all,gen-suppressions,report-format=xml,report-file={}",
@@ -436,6 +436,7 @@ fn a_running_process_and_its_exit_report() {
     );
     let mut child = Running(
         common::preloaded(&prog, &opts, None)
+            .arg("wait")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -479,12 +480,12 @@ fn a_running_process_and_its_exit_report() {
     assert!(status.success(), "the fixture: {status:?}");
     let at_exit = records(&std::fs::read_to_string(&exit_xml).expect("the exit report's file"));
     let from_live = records(&live);
-    assert_same("live_vs_exit", &at_exit, &from_live);
+    assert_same("exit_vs_core wait", &at_exit, &from_live);
     // What the fixture leaves, so that the two cannot agree on nothing or on the same mistake.
     let f = record_with(&at_exit, "Leak_DefinitelyLost", "f");
     assert_eq!(values(f, "leakedblocks").collect::<Vec<_>>(), ["3"]);
     let inl = record_with(&at_exit, "Leak_DefinitelyLost", "inner_make");
-    assert_eq!(values(inl, "leakedblocks").collect::<Vec<_>>(), ["4"]);
+    assert_eq!(values(inl, "leakedblocks").collect::<Vec<_>>(), ["5"]);
     let list = record_with(&at_exit, "Leak_DefinitelyLost", "orphan_list");
     assert!(
         values(list, "text").any(|t| t.contains("indirect")),
