@@ -129,7 +129,15 @@ fn both(name: &str, kinds: Option<&str>) -> (Vec<Record>, Vec<Record>) {
     );
     let core = make_core(&dir, &prog, &[], &opts, &lib_path());
     let at_exit = std::fs::read_to_string(&exit_xml).expect("the exit report's file");
-    let out = output(dmem().arg("leaks").arg(&prog).arg(&core).args(&args).args([
+    let from_core = leaks_xml(&[prog.as_os_str(), core.as_os_str()], &args);
+    std::fs::write(dir.join("core.xml"), &from_core).unwrap();
+    (records(&at_exit), records(&from_core))
+}
+
+/// `dmem leaks SOURCE... ARGS` as valgrind's XML with generated suppressions and every record,
+/// which must succeed: the document it prints.
+fn leaks_xml(source: &[&std::ffi::OsStr], args: &[String]) -> String {
+    let out = output(dmem().arg("leaks").args(source).args(args).args([
         "--gen-suppressions",
         "--limit",
         "0",
@@ -137,9 +145,7 @@ fn both(name: &str, kinds: Option<&str>) -> (Vec<Record>, Vec<Record>) {
         "xml",
     ]));
     assert!(out.status.success(), "dmem leaks: {}", text(&out.stderr));
-    let from_core = text(&out.stdout);
-    std::fs::write(dir.join("core.xml"), &from_core).unwrap();
-    (records(&at_exit), records(&from_core))
+    text(&out.stdout)
 }
 
 /// Asserts the two reports hold the same records, the first difference shown whole.
@@ -455,16 +461,7 @@ fn a_running_process_and_its_exit_report() {
     assert_eq!(ready.trim(), "ready");
 
     let pid = child.0.id().to_string();
-    let out = output(dmem().arg("leaks").arg(&pid).args([
-        "--show-leak-kinds=all",
-        "--gen-suppressions",
-        "--limit",
-        "0",
-        "--format",
-        "xml",
-    ]));
-    assert!(out.status.success(), "dmem leaks: {}", text(&out.stderr));
-    let live = text(&out.stdout);
+    let live = leaks_xml(&[pid.as_ref()], &["--show-leak-kinds=all".to_owned()]);
     std::fs::write(dir.join("live.xml"), &live).unwrap();
 
     // Its input ends: it exits, writing its report.
