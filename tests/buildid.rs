@@ -435,3 +435,64 @@ fn a_live_process_is_read_through_its_own_mappings() {
     assert_named_from_a(&out, &err);
     drop(target);
 }
+
+/// A server that answers every request with the same file: build B's program, whatever build
+/// id was asked for. Serves until the test ends.
+fn lying_server(file: Vec<u8>) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            // The request head, read up to its blank line.
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                file.len()
+            );
+            let _ = conn.write_all(&file);
+        }
+    });
+    url
+}
+
+/// A server that sends build B's program for every build id asked for: nothing it sends is
+/// believed. A's frames read `file+offset`, a warning says the server sent another build, and
+/// the file is taken out of the cache, where gdb or the next run would take it for A's.
+#[test]
+fn a_server_that_sends_another_build_is_not_believed() {
+    let dir = common::scratch_dir("buildid-lying");
+    let (a, core) = core_then_rebuild(&dir);
+    let url = PathBuf::from(lying_server(std::fs::read(dir.join("prog")).unwrap()));
+    let cache = dir.join("cache");
+    let env = [
+        ("DEBUGINFOD_URLS", url.as_path()),
+        ("DEBUGINFOD_CACHE_PATH", cache.as_path()),
+    ];
+    let (out, err) = stacks(&[], &[&dir.join("prog"), &core], &env);
+    for b in B_ONLY.iter().chain(&["leaky_worker", "lib_make"]) {
+        assert!(!out.contains(b), "{b} named from the server's file:\n{out}");
+    }
+    assert!(
+        out.contains("prog+0x") && out.contains("libbid.so+0x"),
+        "{out}\n{err}"
+    );
+    for f in [&a.prog, &a.lib] {
+        let id = build_id(f);
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("dmem: warning: cannot fetch the executable")
+                    && l.contains(&id)
+                    && l.ends_with("not an ELF file of that build id")),
+            "no warning for {id}:\n{err}"
+        );
+        let cached = cache.join(&id).join("executable");
+        assert!(!cached.exists(), "{} kept in the cache", cached.display());
+    }
+}

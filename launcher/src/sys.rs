@@ -269,3 +269,158 @@ fn user_groups(uid: u32) -> (u32, Vec<libc::gid_t>) {
         groups.resize(want, 0);
     }
 }
+
+/// What elfutils' debuginfod client (`libdebuginfod.so.1`) answered for one file.
+pub enum Debuginfod {
+    /// The file, in the client's cache.
+    Found(std::path::PathBuf),
+    /// No server has it.
+    Missing,
+    /// The transfer failed (a timeout, a size limit, an unreachable server...).
+    Failed(std::io::Error),
+    /// The library is not installed.
+    NoClient,
+}
+
+type Client = libc::c_void;
+type FindFn =
+    unsafe extern "C" fn(*mut Client, *const u8, libc::c_int, *mut *mut libc::c_char) -> libc::c_int;
+type ProgressFn = unsafe extern "C" fn(*mut Client, libc::c_long, libc::c_long) -> libc::c_int;
+
+/// The entry points of elfutils' debuginfod.h the launcher calls.
+struct DebuginfodLib {
+    begin: unsafe extern "C" fn() -> *mut Client,
+    end: unsafe extern "C" fn(*mut Client),
+    find_debuginfo: FindFn,
+    find_executable: FindFn,
+    set_progressfn: unsafe extern "C" fn(*mut Client, Option<ProgressFn>),
+    set_user_data: unsafe extern "C" fn(*mut Client, *mut libc::c_void),
+    get_user_data: unsafe extern "C" fn(*mut Client) -> *mut libc::c_void,
+}
+
+/// The client library, loaded at the first fetch as gdb loads it (so a launcher that never
+/// fetches maps no libcurl), and never unloaded.
+fn debuginfod_lib() -> Option<&'static DebuginfodLib> {
+    static LIB: std::sync::OnceLock<Option<DebuginfodLib>> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        // SAFETY: dlopen gets a NUL-terminated constant name; the handle is never closed, so
+        // the symbols looked up in it stay valid for the rest of the process.
+        let lib = unsafe { libc::dlopen(c"libdebuginfod.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return None;
+        }
+        let sym = |name: &std::ffi::CStr| {
+            // SAFETY: dlsym reads the NUL-terminated name from a live handle.
+            let p = unsafe { libc::dlsym(lib, name.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        };
+        // SAFETY: each symbol is the function debuginfod.h declares under that name, with the C
+        // signature its field's type spells (elfutils 0.179 and later have them all).
+        unsafe {
+            Some(DebuginfodLib {
+                begin: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn() -> *mut Client>(sym(
+                    c"debuginfod_begin",
+                )?),
+                end: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*mut Client)>(sym(
+                    c"debuginfod_end",
+                )?),
+                find_debuginfo: std::mem::transmute::<*mut libc::c_void, FindFn>(sym(
+                    c"debuginfod_find_debuginfo",
+                )?),
+                find_executable: std::mem::transmute::<*mut libc::c_void, FindFn>(sym(
+                    c"debuginfod_find_executable",
+                )?),
+                set_progressfn: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(*mut Client, Option<ProgressFn>),
+                >(sym(c"debuginfod_set_progressfn")?),
+                set_user_data: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(*mut Client, *mut libc::c_void),
+                >(sym(c"debuginfod_set_user_data")?),
+                get_user_data: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(*mut Client) -> *mut libc::c_void,
+                >(sym(c"debuginfod_get_user_data")?),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// What a transfer's progress is reported to: bytes so far and the total when the server said
+/// it; false stops the transfer.
+type Progress<'a> = &'a mut dyn FnMut(u64, Option<u64>) -> bool;
+
+/// The client's progress callback: hands the counts to the `Progress` its user data points to.
+unsafe extern "C" fn debuginfod_progress(
+    client: *mut Client,
+    got: libc::c_long,
+    total: libc::c_long,
+) -> libc::c_int {
+    let Some(lib) = debuginfod_lib() else {
+        return 0;
+    };
+    // SAFETY: the client is the one `debuginfod_find` made, whose user data it set to a live
+    // `Progress` for the duration of the find call this callback runs inside.
+    let progress = unsafe { &mut *((lib.get_user_data)(client) as *mut Progress) };
+    let total = u64::try_from(total).ok().filter(|&t| t > 0);
+    i32::from(!progress(u64::try_from(got).unwrap_or(0), total))
+}
+
+/// The executable (or the debug file) of build `id` (hex), from elfutils' debuginfod client,
+/// which reads `DEBUGINFOD_URLS` and the other variables, keeps its cache and asks the servers
+/// as gdb's does.
+pub fn debuginfod_find(
+    id: &str,
+    executable: bool,
+    mut progress: impl FnMut(u64, Option<u64>) -> bool,
+) -> Debuginfod {
+    let Some(lib) = debuginfod_lib() else {
+        return Debuginfod::NoClient;
+    };
+    let Ok(id) = std::ffi::CString::new(id) else {
+        return Debuginfod::Missing;
+    };
+    let mut progress: Progress = &mut progress;
+    // SAFETY: the client is used on this thread only and ended before returning; its user data
+    // points to `progress`, which outlives the find call, the only time the callback runs.
+    let (fd, path) = unsafe {
+        let client = (lib.begin)();
+        if client.is_null() {
+            return Debuginfod::Failed(std::io::Error::last_os_error());
+        }
+        (lib.set_user_data)(client, (&mut progress as *mut Progress).cast());
+        (lib.set_progressfn)(client, Some(debuginfod_progress));
+        let mut path: *mut libc::c_char = std::ptr::null_mut();
+        let find = if executable {
+            lib.find_executable
+        } else {
+            lib.find_debuginfo
+        };
+        // A build id of length 0 is given as a NUL-terminated hex string.
+        let fd = find(client, id.as_ptr().cast(), 0, &mut path);
+        (lib.end)(client);
+        (fd, path)
+    };
+    if fd < 0 {
+        return match -fd {
+            libc::ENOENT => Debuginfod::Missing,
+            e => Debuginfod::Failed(std::io::Error::from_raw_os_error(e)),
+        };
+    }
+    // SAFETY: on success the client returns an open descriptor, which is ours to close, and a
+    // NUL-terminated path it allocated with malloc, ours to free.
+    unsafe {
+        libc::close(fd);
+        if path.is_null() {
+            return Debuginfod::Missing;
+        }
+        let found = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+            std::ffi::CStr::from_ptr(path).to_bytes(),
+        )
+        .to_owned();
+        libc::free(path.cast());
+        Debuginfod::Found(found.into())
+    }
+}

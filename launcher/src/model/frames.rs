@@ -72,7 +72,7 @@ impl Namer {
     }
 
     /// Whether a line of the stack matches `re` (the `--match` filter).
-    pub fn matches(&mut self, pcs: &[u64], re: &regex::Regex) -> bool {
+    pub fn matches(&mut self, pcs: &[u64], re: &regex_lite::Regex) -> bool {
         self.frames(pcs).iter().any(|f| re.is_match(&text(f)))
     }
 

@@ -16,7 +16,9 @@ use std::collections::HashMap;
 /// regular expression is tried once per distinct stack.
 pub fn select(ins: &mut Inspect, f: &Filters, sel: Option<Vec<usize>>) -> Result<Vec<usize>> {
     let re = match &f.pattern {
-        Some(p) => Some(regex::Regex::new(p).map_err(|e| usage(format!("bad --match regex '{p}': {e}")))?),
+        Some(p) => {
+            Some(regex_lite::Regex::new(p).map_err(|e| usage(format!("bad --match regex '{p}': {e}")))?)
+        }
         None => None,
     };
     let mut sel = sel.unwrap_or_else(|| ins.heap.everything());
