@@ -1,8 +1,9 @@
 //! The documentation keeps up with the tree: docs/options.md's table is the one the library
 //! prints for `DMEM_OPTS=help` (both come from the options table in src/options.rs),
 //! docs/architecture.md's file map names every file of the library, the analysis, the launcher,
-//! the gdb side and the benches, the README's demo transcript is what `dmem demo` prints, and
-//! every test file is a test target of the launcher's package.
+//! the gdb side and the benches, the README's demo transcript is what `dmem demo` prints,
+//! every test file is a test target of the launcher's package, and docs/commands/ holds each
+//! command's page as its `--help` gives it.
 
 mod common;
 
@@ -215,4 +216,100 @@ fn readme_demo_transcript_is_what_the_demo_prints() {
         comparable(&printed),
         "README's transcript differs from what dmem demo prints:\n{stdout}"
     );
+}
+
+/// The commands `dmem --help` lists (not `help`), in its order.
+fn commands() -> Vec<String> {
+    let out = common::output(common::dmem().arg("--help"));
+    assert!(out.status.success(), "dmem --help failed");
+    let text = common::text(&out.stdout);
+    let names: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Subcommands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&n| n != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(names.len() >= 20, "dmem --help listed too few commands:\n{text}");
+    names
+}
+
+/// The reference page the README's table of commands links `name` to, as a link from
+/// docs/commands/: (its text, its target).
+fn topic_of(readme: &str, name: &str) -> (String, String) {
+    readme
+        .lines()
+        .filter(|l| l.starts_with("| `dmem "))
+        .find_map(|l| {
+            let l = l.replace("\\|", "\u{1}");
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let first = cells.get(1)?.trim_matches('`').strip_prefix("dmem ")?;
+            let names = first.split_whitespace().next()?;
+            names.split('\u{1}').any(|n| n == name).then_some(())?;
+            let link = cells.get(3)?.strip_prefix('[')?;
+            let (text, target) = link.split_once("](")?;
+            let target = target.strip_suffix(')')?.strip_prefix("docs/")?;
+            Some((text.to_owned(), format!("../{target}")))
+        })
+        .unwrap_or_else(|| panic!("README's table of commands has no row for `dmem {name}`"))
+}
+
+/// docs/commands/ holds one page per command, generated from the command's own `--help` (the
+/// clap declarations the man pages come from too) and the README's table of commands, so it
+/// cannot drift from either; `DMEM_BLESS=1` rewrites the pages, and the diff is the review.
+#[test]
+fn every_command_has_a_page_generated_from_its_help() {
+    let root = common::top();
+    let dir = root.join("docs/commands");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let bless = std::env::var_os("DMEM_BLESS").is_some();
+    let names = commands();
+    let mut index = String::from(
+        "# Commands\n\nOne page per command, generated from its `--help` by tests/docs.rs \
+         (`DMEM_BLESS=1 cargo test --release --test docs` rewrites them).\n\n",
+    );
+    for name in &names {
+        let out = common::output(common::dmem().args([name, "--help"]));
+        assert!(out.status.success(), "dmem {name} --help failed");
+        let help = common::text(&out.stdout);
+        let about = help.lines().find(|l| !l.is_empty() && !l.starts_with("Usage:"));
+        let about = about.unwrap_or("").trim();
+        let (text, target) = topic_of(&readme, name);
+        let page = format!(
+            "# dmem {name}\n\n{about}\n\n```text\n$ dmem {name} --help\n{}\n```\n\nMore in [{text}]({target}).\n",
+            help.trim_end()
+        );
+        index.push_str(&format!("- [`dmem {name}`]({name}.md): {about}\n"));
+        let path = dir.join(format!("{name}.md"));
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &page).unwrap();
+            continue;
+        }
+        let shown = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            shown == page,
+            "docs/commands/{name}.md differs from `dmem {name} --help` (DMEM_BLESS=1 rewrites it):\n{page}"
+        );
+    }
+    let index_path = dir.join("README.md");
+    if bless {
+        std::fs::write(&index_path, &index).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&index_path).unwrap_or_default(),
+        index,
+        "docs/commands/README.md differs from the commands `dmem --help` lists"
+    );
+    // No page is left of a command that is gone.
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let stem = file.strip_suffix(".md").unwrap_or(&file);
+        assert!(
+            stem == "README" || names.iter().any(|n| n == stem),
+            "docs/commands/{file} is the page of no command"
+        );
+    }
 }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct ImageArgs {
     /// A program and its core, a core alone (its program is the one its notes name), or the id
-    /// of a running process (which must run with libdmem.so preloaded)
+    /// of a running process; one that ran without libdmem.so is read from glibc's own heap,
+    /// with no allocation stacks (docs/glibc-heap.md)
     #[arg(value_name = "PROG CORE | CORE | PID", required = true, num_args = 1..=2)]
     pub image: Vec<OsString>,
     /// For a process a debugger already holds stopped (the gdb commands pass this): the JSON
