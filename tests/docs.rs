@@ -2,8 +2,9 @@
 //! prints for `DMEM_OPTS=help` (both come from the options table in src/options.rs),
 //! docs/architecture.md's file map names every file of the library, the analysis, the launcher,
 //! the gdb side and the benches, the README's demo transcript is what `dmem demo` prints,
-//! every test file is a test target of the launcher's package, and docs/commands/ holds each
-//! command's page as its `--help` gives it.
+//! every test file is a test target of the launcher's package, docs/commands/ holds each
+//! command's page as its `--help` gives it, and docs/descriptor.md the descriptor's fields as
+//! analysis/src/descriptor.rs defines them.
 
 mod common;
 
@@ -312,4 +313,72 @@ fn every_command_has_a_page_generated_from_its_help() {
             "docs/commands/{file} is the page of no command"
         );
     }
+}
+
+/// docs/descriptor.md, the layout descriptor's format, generated from the one definition the
+/// library writes from and every reader reads with (analysis/src/descriptor.rs): its module
+/// comment, its version, and a row for each group of fields in `descriptor::field` with the
+/// comment they share. `DMEM_BLESS=1` rewrites it.
+#[test]
+fn descriptor_page_is_the_format_in_code() {
+    let root = common::top();
+    let source = std::fs::read_to_string(root.join("analysis/src/descriptor.rs")).unwrap();
+    let about: Vec<&str> = source
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .map(|l| l.trim_start_matches("//!").trim_start())
+        .collect();
+    let version = source
+        .lines()
+        .find_map(|l| l.strip_prefix("pub const VERSION: u64 = "))
+        .and_then(|v| v.strip_suffix(';'))
+        .expect("descriptor.rs has no VERSION");
+    // (the comment, the fields under it), in the order of the source.
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut in_doc = false;
+    let body = source.split("pub mod field {").nth(1).expect("no `mod field`");
+    for line in body.lines().map(str::trim).take_while(|l| *l != "}") {
+        if let Some(d) = line.strip_prefix("///") {
+            // A comment after a field starts the next group.
+            if !in_doc {
+                groups.push((String::new(), Vec::new()));
+            }
+            in_doc = true;
+            let group = groups.last_mut().unwrap();
+            group.0 = format!("{} {}", group.0, d.trim()).trim().to_owned();
+        } else if let Some(rest) = line.strip_prefix("pub const ") {
+            let name = rest.split('"').nth(1).expect("a field's name in quotes");
+            if groups.is_empty() {
+                groups.push((String::new(), Vec::new()));
+            }
+            groups.last_mut().unwrap().1.push(format!("`{name}`"));
+            in_doc = false;
+        }
+    }
+    assert!(groups.len() >= 15, "found too few field groups in descriptor.rs");
+    let mut page = String::from("# The layout descriptor\n\n");
+    for para in about.split(|l| l.is_empty()) {
+        page.push_str(&para.join("\n"));
+        page.push_str("\n\n");
+    }
+    page.push_str(&format!(
+        "## Its fields (version {version})\n\nGenerated from `analysis/src/descriptor.rs` by \
+         tests/docs.rs (`DMEM_BLESS=1 cargo test --release --test docs` rewrites it). Offsets \
+         are in bytes; an address is the process's.\n\n| fields | meaning |\n| --- | --- |\n"
+    ));
+    for (doc, names) in &groups {
+        page.push_str(&format!(
+            "| {} | {} |\n",
+            names.join(", "),
+            doc.replace('|', "\\|")
+        ));
+    }
+    let path = root.join("docs/descriptor.md");
+    if std::env::var_os("DMEM_BLESS").is_some() {
+        std::fs::write(&path, &page).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).unwrap_or_default() == page,
+        "docs/descriptor.md differs from analysis/src/descriptor.rs (DMEM_BLESS=1 rewrites it):\n{page}"
+    );
 }

@@ -52,10 +52,10 @@ pub mod field {
     pub const OFF_PREV: &str = "off_prev";
     pub const OFF_FRAMES: &str = "off_frames";
     pub const OFF_SIZE: &str = "off_size";
-    /// Low bits of the size word that hold the block's size.
-    pub const SIZE_BITS: &str = "size_bits";
     pub const OFF_TID: &str = "off_tid";
     pub const OFF_MAGIC: &str = "off_magic";
+    /// Low bits of the size word that hold the block's size.
+    pub const SIZE_BITS: &str = "size_bits";
     /// The 32-bit magic of a live header, and of one freed.
     pub const MAGIC_LIVE: &str = "magic_live";
     pub const MAGIC_FREED: &str = "magic_freed";
