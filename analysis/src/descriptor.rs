@@ -171,7 +171,7 @@ pub const EXIT_ENTRY_REGS: usize = 6;
 
 /// The bytes of each thread's area of libdmem state in static TLS (`src/tls_area.c`), which
 /// starts at the offset `field::TLS_OFFSET` holds from the thread pointer: libdmem's own memory,
-/// never a root (it keeps the thread's newest block, among others).
+/// never a root (under `count-allocs` it keeps the thread's newest block).
 pub const TLS_AREA_BYTES: usize = 4096;
 
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before

@@ -33,8 +33,8 @@
 //! `main_arena`, found by its shape in libc's data, and glibc's heaps, whose free chunks hold
 //! stale pointers; or all writable data of a jemalloc, tcmalloc or mimalloc in use); libdmem's
 //! own data (its list heads point at headers, never into blocks), each thread's area of its
-//! state in static TLS (`descriptor::TLS_AREA_BYTES`: it keeps the thread's newest block, which
-//! valgrind, without libdmem, sees only as the program keeps it) and the free history's rings;
+//! state in static TLS (`descriptor::TLS_AREA_BYTES`: under `count-allocs` it keeps the thread's
+//! newest block, which valgrind, without libdmem, sees only as the program keeps it) and the free history's rings;
 //! and, from a core, what the kernel did not dump (memory nothing was ever written to holds no
 //! pointer).
 //!
