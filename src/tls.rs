@@ -31,6 +31,9 @@ pub struct Area {
     pub inflight: [u64; INFLIGHT_WORDS],
 }
 
+// Readers leave the area out of the roots by this size (see `analysis::roots`).
+const _: () = assert!(core::mem::size_of::<Area>() <= crate::analysis::descriptor::TLS_AREA_BYTES);
+
 /// Room for `thread::State`, asserted where it is defined.
 pub const THREAD_WORDS: usize = 3;
 /// Room for the walker's `Local`, asserted where it is defined.

@@ -169,6 +169,11 @@ pub const fn header_tag(addr: u64, key: u64) -> u32 {
 /// Callee-saved registers in the `exit_entry` record.
 pub const EXIT_ENTRY_REGS: usize = 6;
 
+/// The bytes of each thread's area of libdmem state in static TLS (`src/tls_area.c`), which
+/// starts at the offset `field::TLS_OFFSET` holds from the thread pointer: libdmem's own memory,
+/// never a root (under `count-allocs` it keeps the thread's newest block).
+pub const TLS_AREA_BYTES: usize = 4096;
+
 /// The words of versions 1 and 2 after magic and version, in order; version 1 ended before
 /// `SIZE_LIST_SHIFT`.
 pub const OLD_ORDER: [&str; 27] = [

@@ -151,10 +151,23 @@ impl Debug {
     }
 }
 
-/// A symbol table's name as people read it: C++ and Rust names demangled, any other as it is.
-/// Only a mangled name is given to the demanglers: the C++ one reads any other as a type, so
-/// that a C function `f` would come out as `float`.
+/// A symbol table's name as people read it: C++ and Rust names demangled, C++'s special names
+/// in gdb's and c++filt's words (`vtable for A`, where `cpp_demangle` writes `{vtable(A)}`), any
+/// other as it is. Only a mangled name is given to the demanglers: the C++ one reads any other
+/// as a type, so that a C function `f` would come out as `float`.
 pub fn demangle(name: &str) -> String {
+    for (prefix, words) in [
+        ("_ZTV", "vtable for "),
+        ("_ZTI", "typeinfo for "),
+        ("_ZTS", "typeinfo name for "),
+    ] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            let inner = demangle(&format!("_Z{rest}"));
+            if !inner.starts_with("_Z") {
+                return format!("{words}{inner}");
+            }
+        }
+    }
     if name.starts_with("_Z") || name.starts_with("_R") {
         addr2line::demangle_auto(name.into(), None).into_owned()
     } else {
@@ -239,5 +252,15 @@ mod tests {
         assert_eq!(demangle("f"), "f");
         assert_eq!(demangle("_Z1fv"), "f()");
         assert_eq!(in_debug_tree(Path::new("/nonexistent"), "ab"), None);
+    }
+
+    #[test]
+    fn vtable_symbols_name_their_type() {
+        assert_eq!(demangle("_ZTV4Base"), "vtable for Base");
+        assert_eq!(demangle("_ZN2ns3funEv"), "ns::fun()");
+        assert_eq!(demangle("_ZTVN2ns7DerivedE"), "vtable for ns::Derived");
+        assert_eq!(demangle("_ZTI4Base"), "typeinfo for Base");
+        assert_eq!(demangle("_ZTS4Base"), "typeinfo name for Base");
+        assert_eq!(demangle("_ZTVXX"), "_ZTVXX");
     }
 }

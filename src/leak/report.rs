@@ -1,10 +1,11 @@
 //! The leak report printed at exit (`leak-report`), in valgrind's four classes.
 //!
-//! Roots are the ones the launcher reads from a core (`launcher/src/model/roots.rs`): every thread's saved
-//! registers and its stack from its stack pointer (less the 128-byte red zone) to the top of the
-//! mapping that holds it, thread-local storage, and the writable segments of every loaded object
-//! except the allocator's own state (glibc's `main_arena`, or the whole writable data of a
-//! preloaded backend) and libdmem itself (whose list heads point at headers, never into blocks).
+//! Roots are the ones the launcher reads from a core, by the one rule of `analysis::roots`:
+//! every thread's saved registers, its stack from its stack pointer (less the 128-byte red zone)
+//! to the top of the mapping that holds it and its TLS window, and the writable segments of
+//! every loaded object except the allocator's own state (glibc's `main_arena`, or the whole
+//! writable data of a preloaded backend) and libdmem itself (whose list heads point at headers,
+//! never into blocks).
 //!
 //! The order matters, because other threads are stopped from the mark on, for good (see
 //! `stopworld`): what needs the loader's lock (`dl_iterate_phdr`, the names of the loaded
@@ -16,7 +17,7 @@
 
 use super::live::snapshot;
 use super::memory::{plain_ranges, OwnMemory, OwnScan};
-use super::roots::{in_main_heap, objects, own_extra_roots, thread_roots, ThreadNotes};
+use super::roots::{in_main_heap, objects, own_extra_roots, own_memory, thread_roots, ThreadNotes};
 use super::stopworld::{Seen, World};
 use super::text::{write_report, Marks};
 use crate::analysis::arena;
@@ -35,7 +36,7 @@ pub fn leak_report(entry: &Entry) -> usize {
 
     // Everything that allocates or takes the loader's lock, before the stop.
     let mut world = World::prepare();
-    let objs = objects();
+    let mut objs = objects();
     crate::frames::name_without_the_loader();
     lists::lock_all();
     // The process's mappings, sorted (the kernel lists them in order), read with the lists
@@ -56,11 +57,11 @@ pub fn leak_report(entry: &Entry) -> usize {
     // libc's data does not move, so main_arena is found before the stop, while everything may
     // still allocate.
     let arena = arena::main_arena(&OwnMemory, &objs.libc_data);
+    objs.own_memory = own_memory(&objs, &blocks, &live);
     let mut extra = own_extra_roots(&objs, &blocks, &live, &maps, arena);
     let room = world.capacity();
-    let mut roots = Vec::with_capacity(
-        objs.data.len() + 2 * objs.libc_data.len() + objs.tls.len() * (room + 2) + 4 * room + 3 + extra.len(),
-    );
+    let mut roots =
+        Vec::with_capacity(objs.data.len() + 2 * objs.libc_data.len() + 6 * room + 5 + extra.len());
     let mut checked = Vec::with_capacity(room);
     let plain = plain_ranges(&maps);
     let mut notes = ThreadNotes {

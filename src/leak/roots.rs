@@ -1,21 +1,20 @@
-//! The exit report's roots: what the loaded objects contribute (writable segments, libc's data
-//! around `main_arena`, thread-local blocks), what the threads contribute (stacks from their
-//! stack pointers, saved registers), and the program's own writable memory by the rule of
-//! `analysis::roots`.
+//! The exit report's roots, by the rule of `analysis::roots` (what is a root and what is left
+//! out, and why), with the facts learnt from inside the process: the loaded objects' writable
+//! segments and TLS sizes from `dl_iterate_phdr`, libc's data around `main_arena`, each
+//! thread's stack pointer, thread pointer and registers from the stop, the memory that holds
+//! them from /proc/self/maps.
 
 use super::live::Live;
 use super::memory::OwnMemory;
 use super::stopworld::{Seen, World};
 use crate::analysis::arena;
 use crate::analysis::carried::InFlight;
+use crate::analysis::descriptor::TLS_AREA_BYTES;
 use crate::analysis::maps::Mapping;
 use crate::analysis::reach::Blocks;
-use crate::analysis::roots::{extra_roots, mark_heaps};
+use crate::analysis::roots::{extra_roots, mark_heaps, static_tls, thread_ranges, ThreadFacts};
 use crate::header::HEADER_SIZE;
 use crate::{bootstrap, procmaps, thread, unwind};
-
-/// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
-pub(super) const RED_ZONE: usize = 128;
 
 /// What the loaded objects contribute to the roots, read with `dl_iterate_phdr` before anything
 /// is locked or stopped: it takes the loader's lock, which a stopped thread may hold.
@@ -27,8 +26,10 @@ pub(super) struct Objects {
     pub(super) own: Vec<(usize, usize)>,
     /// libc's writable segments when glibc is the backend; `main_arena` is cut out of them.
     pub(super) libc_data: Vec<(usize, usize)>,
-    /// The calling thread's thread-local blocks, one per module that has one.
-    pub(super) tls: Vec<(usize, usize)>,
+    /// The static TLS the objects take (`analysis::roots::static_tls`).
+    pub(super) static_tls: usize,
+    /// libdmem's own memory (`own_memory`), filled in once the report's buffers are made.
+    pub(super) own_memory: Vec<(usize, usize)>,
     /// The address the backend's `malloc` lives at, to recognise its object.
     pub(super) malloc: usize,
 }
@@ -50,6 +51,8 @@ pub(super) fn objects() -> Objects {
                 let start = base + ph.p_vaddr as usize;
                 (start, start + ph.p_memsz as usize)
             };
+            let tls = phdrs.iter().filter(|ph| ph.p_type == libc::PT_TLS);
+            objs.static_tls += static_tls(tls.map(|ph| ph.p_memsz as usize));
             let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
             if loads.clone().any(|ph| unwind::is_own(seg(ph).0)) {
                 let writable = loads.filter(|ph| ph.p_flags & libc::PF_W != 0);
@@ -75,12 +78,6 @@ pub(super) fn objects() -> Objects {
                 // Any other backend (jemalloc, tcmalloc, mimalloc): all its writable data is the
                 // allocator's state, left out whole.
             }
-            for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_TLS) {
-                if !info.dlpi_tls_data.is_null() {
-                    let tls = info.dlpi_tls_data as usize;
-                    objs.tls.push((tls, tls + ph.p_memsz as usize));
-                }
-            }
         }
         0
     }
@@ -101,9 +98,9 @@ pub(super) struct ThreadNotes {
     pub(super) missed: usize,
 }
 
-/// Adds every root that depends on the threads: stacks, registers and thread-local blocks.
-/// Runs while the other threads are stopped, so it must not allocate: `roots`, `checked` and
-/// `notes.not_stopped` come with room enough.
+/// Adds every root that depends on the threads: stacks, TLS windows, registers, allocations in
+/// flight. Runs while the other threads are stopped, so it must not allocate: `roots`,
+/// `checked` and `notes.not_stopped` come with room enough.
 pub(super) fn thread_roots(
     world: &World,
     own_sp: usize,
@@ -113,70 +110,58 @@ pub(super) fn thread_roots(
     checked: &mut Vec<(usize, usize)>,
     notes: &mut ThreadNotes,
 ) {
-    // The calling thread: its stack from the report's `Entry` up (which holds its registers),
-    // and, through dl_iterate_phdr, every thread-local block of its own, static or dynamic.
-    // A thread running on a stack the program malloc'ed (a coroutine's, through makecontext)
-    // has no stack of its own to scan: the mapping around its stack pointer is the heap, and
-    // the coroutine's stack is a block like any other, whose frames count once it is reached.
-    let on_heap = |sp: usize| blocks.find(sp).is_some();
-    if let Some((_, top)) = procmaps::mapping_containing(own_sp).filter(|_| !on_heap(own_sp)) {
-        roots.push((own_sp, top));
-    }
-    roots.extend_from_slice(&objs.tls);
-
-    // Static TLS sits at a fixed distance below the thread pointer, the same for every thread
-    // (glibc's `l_tls_offset`), so the calling thread's blocks give each module's distance. A
-    // block inside a live heap block is a dynamic one (malloc'ed by the loader on first use),
-    // which the dtv reaches, not the thread pointer.
+    let facts = |sp: usize, tp: usize| {
+        let stack = procmaps::mapping_containing(sp);
+        let tp_memory = match stack {
+            _ if tp == 0 => None,
+            Some((lo, hi)) if lo <= tp && tp < hi => stack,
+            _ => procmaps::mapping_containing(tp),
+        };
+        ThreadFacts {
+            sp,
+            entered: false,
+            sp_in_block: blocks.find(sp).is_some(),
+            stack,
+            tp,
+            tp_memory,
+            static_tls: objs.static_tls,
+            own_area: crate::tls::area_at(tp)
+                .filter(|_| tp != 0)
+                .map(|a| (a as usize, a as usize + TLS_AREA_BYTES)),
+            own_memory: &objs.own_memory,
+        }
+    };
+    // The calling thread entered the exit path: its stack from the report's `Entry` up (which
+    // holds its registers).
     // SAFETY: pthread_self only reads the thread register.
     let tp_self = unsafe { libc::pthread_self() } as usize;
-    let static_tls = || {
-        objs.tls.iter().filter_map(move |&(s, e)| {
-            let off = tp_self.checked_sub(s)?;
-            (off < 16 << 20 && blocks.find(s).is_none()).then_some((off, e - s))
-        })
-    };
+    let own = thread_ranges(&ThreadFacts {
+        entered: true,
+        ..facts(own_sp, tp_self)
+    });
+    roots.extend(own.stack.into_iter().chain(own.tls).flatten());
 
     for seen in world.threads() {
         match seen {
             Seen::Stopped { regs, sp, tp, carry } => {
                 roots.push(regs);
-                let Some((lo, top)) = procmaps::mapping_containing(sp) else {
-                    continue;
-                };
-                let stack = if on_heap(sp) {
-                    (sp, sp)
-                } else {
-                    (sp.saturating_sub(RED_ZONE).max(lo), top)
-                };
-                roots.push(stack);
+                let r = thread_ranges(&facts(sp, tp));
+                roots.extend(r.stack.into_iter().chain(r.tls).flatten());
                 if let Some(start) = carried(blocks, tp) {
                     roots.push(carry.keep(&[start]));
                 }
-                // A thread's static TLS lies right below its descriptor, which glibc places at
-                // the top of the thread's stack mapping, so the stack scan above covers it. The
-                // main thread's block is elsewhere (the loader allocated it at start-up): it is
-                // added from its thread pointer.
-                for (off, size) in static_tls() {
-                    let Some(start) = tp.checked_sub(off) else {
-                        continue;
-                    };
-                    if start < stack.0 || start + size > stack.1 {
-                        roots.push((start, start + size));
-                    }
-                }
             }
             Seen::NotStopped { tid, sp } => {
-                let stack = sp.filter(|&sp| !on_heap(sp)).and_then(|sp| {
-                    let (lo, top) = procmaps::mapping_containing(sp)?;
-                    Some((sp.saturating_sub(RED_ZONE).max(lo), top))
-                });
-                if let Some(stack) = stack {
+                // Its thread pointer is not known: its stack alone.
+                let stack = sp.map(|sp| thread_ranges(&facts(sp, 0)).stack);
+                for part in stack.into_iter().flatten().flatten() {
                     // It may still run and even exit, unmapping its stack: read with checks.
-                    roots.push(stack);
-                    checked.push(stack);
+                    roots.push(part);
+                    checked.push(part);
                 }
-                notes.not_stopped.push((tid, stack.is_some()));
+                notes
+                    .not_stopped
+                    .push((tid, stack.is_some_and(|s| s[0].is_some())));
             }
         }
     }
@@ -192,14 +177,24 @@ fn carried(blocks: &Blocks, tp: usize) -> Option<usize> {
         .map(|a| a as usize)
 }
 
+/// libdmem's own memory, told by its own records rather than by the mapping it falls in: its
+/// writable segments, the free history's rings and this report's buffers of block addresses.
+/// (The kernel merges anonymous pages mapped right after libdmem's data onto its mapping, and
+/// the loader keeps its records of libraries loaded later there; the report's buffers may share
+/// a mapping with the main thread's TLS.) Made before the stop.
+pub(super) fn own_memory(objs: &Objects, blocks: &Blocks, live: &[Live]) -> Vec<(usize, usize)> {
+    let mut own = objs.own.clone();
+    crate::history::mapped(&mut |s, e| own.push((s, e)));
+    let at = live.as_ptr() as usize;
+    own.push((at, at + core::mem::size_of_val(live)));
+    own.extend(blocks.buffers());
+    own
+}
+
 /// Writable memory of the program's own that holds no block, memcheck's roots beyond the
 /// objects' data (see `analysis::roots`), less the objects' segments (roots already, or the
-/// allocator's state) and libdmem's own memory, told by its own records rather than by the
-/// mapping it falls in: its writable segments, the free history's rings and this report's
-/// buffers of block addresses. (The kernel merges anonymous pages mapped right after libdmem's
-/// data onto its mapping, and the loader keeps its records of libraries loaded later there.)
-/// Made before the stop; the parts that hold a stopped thread's stack pointer are dropped
-/// after it.
+/// allocator's state) and libdmem's own memory (`own_memory`). Made before the stop; the parts that
+/// hold a stopped thread's stack pointer are dropped after it.
 pub(super) fn own_extra_roots(
     objs: &Objects,
     blocks: &Blocks,
@@ -227,18 +222,7 @@ pub(super) fn own_extra_roots(
             parts.push((s, e))
         });
     }
-    let buffer = |p: *const u8, bytes: usize| (p as usize, p as usize + bytes);
-    let mut holes: Vec<(usize, usize)> = objs
-        .data
-        .iter()
-        .chain(&objs.libc_data)
-        .chain(&objs.own)
-        .copied()
-        .collect();
-    crate::history::mapped(&mut |s, e| holes.push((s, e)));
-    holes.push(buffer(live.as_ptr().cast(), core::mem::size_of_val(live)));
-    holes.extend(blocks.buffers());
-    for hole in holes {
+    for &hole in objs.data.iter().chain(&objs.libc_data).chain(&objs.own_memory) {
         let mut cut = Vec::with_capacity(parts.len() + 1);
         for (s, e) in parts {
             if hole.1 <= s || e <= hole.0 {

@@ -2,33 +2,9 @@
 //! `held in .bss of leak_list`, `vtable for A + 16 in .data.rel.ro of prog`, as `dmem why` and
 //! `dmem words` name a word, and the C++ type of a block whose first word points into a vtable.
 
+use crate::analysis::symbolize::demangle;
 use crate::model::roots::Loaded;
 use crate::source::elf::{self, Symbol};
-
-/// A symbol's name as people read it: C++ (vtables and other special names too) and Rust.
-fn demangle(name: &str) -> String {
-    // cpp_demangle writes these as `{vtable(A)}`; gdb and c++filt as `vtable for A`.
-    for (prefix, words) in [
-        ("_ZTV", "vtable for "),
-        ("_ZTI", "typeinfo for "),
-        ("_ZTS", "typeinfo name for "),
-    ] {
-        if let Some(rest) = name.strip_prefix(prefix) {
-            let inner = demangle(&format!("_Z{rest}"));
-            if !inner.starts_with("_Z") {
-                return format!("{words}{inner}");
-            }
-        }
-    }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(text) = sym.demangle() {
-                return text;
-            }
-        }
-    }
-    addr2line::demangle_auto(name.into(), None).into_owned()
-}
 
 /// One object's symbols, moved to where the object was loaded.
 struct Table {
@@ -156,18 +132,5 @@ impl Vtables {
             .iter()
             .position(|r| r.2 == symbol)
             .map(|k| self.type_name(k))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vtable_symbols_name_their_type() {
-        assert_eq!(demangle("_ZTV4Base"), "vtable for Base");
-        assert_eq!(demangle("_ZN2ns3funEv"), "ns::fun()");
-        assert_eq!(demangle("_ZTVN2ns7DerivedE"), "vtable for ns::Derived");
-        assert_eq!(demangle("_ZTVXX"), "_ZTVXX");
     }
 }

@@ -1,25 +1,12 @@
 //! The roots of a leak scan over a core or a stopped process, and the loaded objects they come
-//! from: the same rule as the exit report's, from the outside.
-//!
-//! Roots are, in this order: the writable segments (`.data`, `.bss`, `.got`) of every loaded
-//! object; then for each thread its stack from its stack pointer (less the 128-byte red zone)
-//! to the end of the memory that holds it, its static TLS and thread descriptor around its
-//! thread pointer, and its general registers; then the program's own writable memory that
-//! holds no block (an allocator of its own: see `analysis::roots`). The thread that entered the
-//! exit path (a core of `abort-shutdown`) is scanned from where the program entered it, with the
-//! program's callee-saved registers (see `src/leak/entry.rs`). Left out:
-//!
-//! * libdmem's own memory: its data (its list heads point at headers, never into blocks) and
-//!   the free history's rings;
-//! * the allocator's own state, which is not the program's memory: glibc's `main_arena`, found
-//!   by its shape (see `analysis::arena`), and glibc's heaps, whose free chunks hold stale
-//!   pointers (the brk heap, which a core does not name, is the range of mappings that holds
-//!   main_arena's top chunk or a block the lists say glibc carved from it), or all writable
-//!   data of a loaded jemalloc, tcmalloc or mimalloc;
-//! * what a core did not dump: memory nothing was ever written to holds no pointer.
+//! from: the rule of `analysis::roots` (what is a root and what is left out, and why), with the
+//! facts read from the outside: the loaded objects from the mappings, each thread's registers
+//! and thread pointer from the core's notes or ptrace, the thread that entered the exit path
+//! from libdmem's record of it (see `src/exit_entry.rs`), libdmem's own memory from its
+//! descriptor.
 
 use crate::analysis::arena;
-use crate::analysis::descriptor;
+use crate::analysis::descriptor::{self, TLS_AREA_BYTES};
 use crate::analysis::maps::{self, Mapping};
 use crate::analysis::roots as extra;
 use crate::model::heap::{Heap, Within};
@@ -31,13 +18,6 @@ use crate::source::memory::{ImageWords, Memory};
 use crate::source::threads::{Thread, POINTER_REGS};
 use std::path::{Path, PathBuf};
 
-/// The x86-64 ABI lets a function use 128 bytes below its stack pointer without moving it.
-pub const RED_ZONE: u64 = 128;
-/// Beyond the objects' own TLS images, glibc reserves a little static TLS for libraries loaded
-/// later, and puts its thread descriptor (`struct pthread`) above the thread pointer; these
-/// bound the window scanned around each thread's `fs_base`.
-const TLS_SURPLUS: u64 = 4096;
-const TCB_SIZE: u64 = 4096;
 /// The allocators libdmem may forward to, by the start of their library's file name. A loaded
 /// one is the backend; else glibc is.
 const ALLOCATOR_LIBS: [&str; 3] = ["libjemalloc", "libtcmalloc", "libmimalloc"];
@@ -251,13 +231,29 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
     let mem = &*image.mem;
     let regions = mem.regions();
     let (mut excluded, notes, main_heap) = allocator_and_main_heap(objects, mem, &regions, heap);
+    let allocator = excluded.len();
     let mut roots = data_roots(image, objects, &mut excluded);
     excluded.extend(history_rings(image));
+    // libdmem's own memory: its data and the free history's rings.
+    let own: Vec<(usize, usize)> = excluded[allocator..]
+        .iter()
+        .map(|x| (x.start as usize, x.end as usize))
+        .collect();
     let exit = exit_entry(image);
     let tls = tls_size(objects);
+    // Where each thread's area of libdmem state lies from its thread pointer.
+    let area_offset = image
+        .layout
+        .inflight
+        .and_then(|(offset_at, _)| mem.u64_at(offset_at).ok())
+        .filter(|&o| o != 0);
     for t in &image.threads {
         let entered = exit.as_ref().filter(|x| x.tid == t.tid);
-        thread_roots(mem, t, entered, tls, heap, &mut roots);
+        let own = Own {
+            tls_area: area_offset,
+            memory: &own,
+        };
+        thread_roots(mem, t, entered, tls, &own, heap, &mut roots);
         if entered.is_none() {
             roots.extend(carried_roots(image, t, heap));
         }
@@ -338,62 +334,65 @@ fn history_rings(image: &Image) -> impl Iterator<Item = Excluded> {
         })
 }
 
-/// The static TLS the loaded objects take, with 64 bytes to spare for each.
-fn tls_size(objects: &[Loaded]) -> u64 {
-    objects
-        .iter()
-        .filter(|o| o.elf.tls_memsz > 0)
-        .map(|o| o.elf.tls_memsz + 64)
-        .sum()
+/// libdmem's own memory, for the threads' roots: where each thread's area lies from its thread
+/// pointer, and the rest.
+struct Own<'a> {
+    tls_area: Option<u64>,
+    memory: &'a [(usize, usize)],
 }
 
-/// One thread's roots: its stack, its static TLS and thread descriptor, its registers. The
-/// thread that entered the exit path is scanned from the program's frame, with the program's
-/// callee-saved registers: below lie libdmem's frames and the exit path's, and its registers
-/// are libdmem's.
-///
-/// A thread running on a stack the program malloc'ed (a coroutine's, through makecontext) has
-/// no stack of its own to scan: the mapping around its stack pointer is the heap, and the
-/// coroutine's stack is a block like any other, whose frames count once the block is reached.
+/// The static TLS the loaded objects take (see `analysis::roots::static_tls`).
+fn tls_size(objects: &[Loaded]) -> usize {
+    extra::static_tls(objects.iter().map(|o| o.elf.tls_memsz as usize))
+}
+
+/// One thread's roots: its stack, its static TLS and thread descriptor, its registers, by the
+/// rule of `analysis::roots`. The thread that entered the exit path is scanned with the
+/// program's callee-saved registers it recorded there: its own registers are libdmem's.
 fn thread_roots(
     mem: &dyn Memory,
     t: &Thread,
     entered: Option<&ExitEntry>,
-    tls: u64,
+    tls: usize,
+    own: &Own,
     heap: &Heap,
     roots: &mut Vec<Root>,
 ) {
-    let (sp, below) = match entered {
-        Some(x) => (x.sp, 0),
-        None => (t.sp(), RED_ZONE),
-    };
-    let in_block = matches!(heap.find(sp), Some((_, Within::Block)));
-    if let Some((lo, hi)) = Some(sp)
-        .filter(|&sp| sp != 0 && !in_block)
-        .and_then(|sp| mem.extent(sp))
-    {
-        roots.push(Root {
-            kind: Kind::Stack,
-            what: format!("stack of thread {}", t.tid),
-            start: lo.max(sp.saturating_sub(below)),
-            end: hi,
-        });
-    }
+    let sp = entered.map_or(t.sp(), |x| x.sp);
     let fs = t.fs_base();
-    if let Some((lo, hi)) = Some(fs).filter(|&f| f != 0).and_then(|f| mem.extent(f)) {
-        // A thread's static TLS and descriptor sit at the top of its stack's mapping, right
-        // above its frames: the window stops at the stack pointer, since what lies below it is
-        // dead frames (stale pointers), no root.
-        let mut start = lo.max(fs.saturating_sub(tls + TLS_SURPLUS));
-        if lo <= sp && sp < fs {
-            start = start.max(sp.saturating_sub(below));
+    let extent = |a: u64| {
+        (a != 0)
+            .then(|| mem.extent(a))
+            .flatten()
+            .map(|(lo, hi)| (lo as usize, hi as usize))
+    };
+    let ranges = extra::thread_ranges(&extra::ThreadFacts {
+        sp: sp as usize,
+        entered: entered.is_some(),
+        sp_in_block: matches!(heap.find(sp), Some((_, Within::Block))),
+        stack: extent(sp),
+        tp: fs as usize,
+        tp_memory: extent(fs),
+        static_tls: tls,
+        own_area: own.tls_area.filter(|_| fs != 0).map(|o| {
+            let at = fs.wrapping_add(o) as usize;
+            (at, at + TLS_AREA_BYTES)
+        }),
+        own_memory: own.memory,
+    });
+    let named = [
+        (ranges.stack, Kind::Stack, "stack"),
+        (ranges.tls, Kind::Tls, "TLS"),
+    ];
+    for (parts, kind, name) in named {
+        for (start, end) in parts.into_iter().flatten() {
+            roots.push(Root {
+                kind: kind.clone(),
+                what: format!("{name} of thread {}", t.tid),
+                start: start as u64,
+                end: end as u64,
+            });
         }
-        roots.push(Root {
-            kind: Kind::Tls,
-            what: format!("TLS of thread {}", t.tid),
-            start,
-            end: hi.min(fs + TCB_SIZE),
-        });
     }
     roots.extend(register_roots(t, entered));
 }
