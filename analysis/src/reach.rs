@@ -379,6 +379,12 @@ pub trait Source {
     fn is_vtable(&mut self, _addr: usize) -> bool {
         false
     }
+
+    /// A hint that `[start, end)` is scanned soon, so a source whose bytes are in memory can
+    /// ask for them ahead: the mark scans blocks in the order of its worklist, not as one
+    /// stream the processor's own prefetching follows, and would otherwise wait for every line
+    /// of every block. A source that cannot do so ignores it.
+    fn prefetch(&mut self, _start: usize, _end: usize) {}
 }
 
 /// Words memcheck looks at from a candidate vtable address for two function pointers.
@@ -561,6 +567,12 @@ impl Marker {
             mark(w, true, state, heur, work, src);
         }
         while let Some(i) = work.pop() {
+            // The block after the next one, unless a block scanned before it is pushed on top:
+            // asked for two blocks ahead, its lines arrive while these two are scanned.
+            if let Some(&ahead) = work.len().checked_sub(2).and_then(|k| work.get(k)) {
+                let (s, e) = blocks.range(ahead);
+                src.prefetch(s, e);
+            }
             let (s, e) = blocks.range(i);
             // A block queued as possibly lost and upgraded since is queued again; scanning it
             // with its current class covers both entries.
@@ -581,13 +593,28 @@ impl Marker {
     /// among them) indirectly lost under it.
     fn cliques<S: Source>(&mut self, blocks: &Blocks, src: &mut S) {
         let (state, heads, work) = (&mut self.state, &mut self.head, &mut self.work);
-        for head in 0..blocks.len() {
+        let n = blocks.len();
+        // The next head, found ahead so that its words are asked for while this clique is
+        // scanned (a block it claims on the way is passed over when its turn comes).
+        let mut ahead = 0;
+        for head in 0..n {
             if state[head] != UNSEEN {
                 continue;
+            }
+            if ahead <= head {
+                ahead = (head + 1..n).find(|&j| state[j] == UNSEEN).unwrap_or(n);
+                if ahead < n {
+                    let (s, e) = blocks.range(ahead);
+                    src.prefetch(s, e);
+                }
             }
             state[head] = DEFINITE;
             work.push(head);
             while let Some(i) = work.pop() {
+                if let Some(&next) = work.last() {
+                    let (s, e) = blocks.range(next);
+                    src.prefetch(s, e);
+                }
                 let (s, e) = blocks.range(i);
                 src.scan(s, e, &mut |ws| {
                     for &w in ws {

@@ -77,6 +77,14 @@ pub trait Memory {
         None
     }
 
+    /// Asks the processor for the bytes of `[addr, addr + len)` ahead of a scan, where the
+    /// source holds them in one piece (`borrow`); elsewhere it does nothing.
+    fn prefetch(&self, addr: u64, len: u64) {
+        if let Some(bytes) = self.borrow(addr, len) {
+            prefetch_lines(bytes);
+        }
+    }
+
     /// The readable stretch of memory that holds `addr` (a mapping, a core's segment), if any.
     fn extent(&self, _addr: u64) -> Option<(u64, u64)> {
         None
@@ -93,6 +101,32 @@ pub trait Memory {
     fn bound(&self) -> u64 {
         u64::MAX
     }
+}
+
+/// Has the processor fetch the cache lines of `bytes` into its caches, without waiting for
+/// them: what `Memory::prefetch` does with the bytes it holds.
+pub fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let Some(last) = bytes.len().checked_sub(1) else {
+            return;
+        };
+        let start = bytes.as_ptr() as usize;
+        let mut off = 0;
+        // From the line holding the first byte to the one holding the last.
+        while (start & !63) + off <= start + last {
+            // SAFETY: a prefetch is only a hint: it cannot fault, and it changes no memory and
+            // no register; the address is in (or on the first cache line of) a live slice.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    bytes.as_ptr().wrapping_add(off).wrapping_sub(start & 63).cast(),
+                )
+            };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// The bytes of the readable mappings of `regions`.
