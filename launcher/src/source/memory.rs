@@ -46,6 +46,10 @@ pub trait Memory {
     }
 
     fn u64_at(&self, addr: u64) -> Result<u64, ReadError> {
+        // Where the source holds it in place, without the copy through `read`.
+        if let Some(b) = self.borrow(addr, 8) {
+            return Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        }
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
@@ -502,6 +506,14 @@ pub struct ImageWords<'a>(pub &'a dyn Memory);
 
 impl crate::analysis::arena::Words for ImageWords<'_> {
     fn read_words(&self, addr: usize, buf: &mut [usize]) -> usize {
+        // Where the source holds them in one piece, straight from there: the glibc walk asks
+        // for a word or two at a time, and the pieces' machinery would cost more than the read.
+        if let Some(bytes) = self.0.borrow(addr as u64, 8 * buf.len() as u64) {
+            for (w, b) in buf.iter_mut().zip(bytes.chunks_exact(8)) {
+                *w = u64::from_le_bytes(b.try_into().unwrap()) as usize;
+            }
+            return buf.len();
+        }
         let mut n = 0;
         let end = addr as u64 + 8 * buf.len() as u64;
         self.0.pieces(addr as u64, end, &mut |at, bytes| {
