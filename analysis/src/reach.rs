@@ -557,9 +557,7 @@ impl Marker {
         };
         for &(s, e) in roots {
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
-                    mark(w, true, state, heur, work, src);
-                }
+                each_spanned(blocks, ws, |w| mark(w, true, state, heur, work, src));
             };
             scan_with(src, s, e, words, &mut run);
         }
@@ -567,9 +565,10 @@ impl Marker {
             mark(w, true, state, heur, work, src);
         }
         while let Some(i) = work.pop() {
-            // The block after the next one, unless a block scanned before it is pushed on top:
-            // asked for two blocks ahead, its lines arrive while these two are scanned.
-            if let Some(&ahead) = work.len().checked_sub(2).and_then(|k| work.get(k)) {
+            // The block AHEAD entries down the worklist, unless blocks scanned before it push
+            // others on top: asked for that far ahead, its lines arrive while the blocks above
+            // it are scanned (one block's scan takes less time than a miss).
+            if let Some(&ahead) = work.len().checked_sub(AHEAD).and_then(|k| work.get(k)) {
                 let (s, e) = blocks.range(ahead);
                 src.prefetch(s, e);
             }
@@ -578,9 +577,7 @@ impl Marker {
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
-                    mark(w, sure, state, heur, work, src);
-                }
+                each_spanned(blocks, ws, |w| mark(w, sure, state, heur, work, src));
             };
             scan_with(src, s, e, words, &mut run);
         }
@@ -594,19 +591,28 @@ impl Marker {
     fn cliques<S: Source>(&mut self, blocks: &Blocks, src: &mut S) {
         let (state, heads, work) = (&mut self.state, &mut self.head, &mut self.work);
         let n = blocks.len();
-        // The next head, found ahead so that its words are asked for while this clique is
-        // scanned (a block it claims on the way is passed over when its turn comes).
-        let mut ahead = 0;
+        // The next AHEAD heads, found ahead so that their words are asked for while this
+        // clique is scanned (a block a clique claims on the way is passed over when its turn
+        // comes): a ring of the heads asked for, and how far the search for them has come.
+        let mut asked = [0usize; AHEAD];
+        let (mut first, mut count, mut cursor) = (0, 0, 0);
         for head in 0..n {
             if state[head] != UNSEEN {
                 continue;
             }
-            if ahead <= head {
-                ahead = (head + 1..n).find(|&j| state[j] == UNSEEN).unwrap_or(n);
-                if ahead < n {
-                    let (s, e) = blocks.range(ahead);
+            while count > 0 && asked[first] <= head {
+                first = (first + 1) % AHEAD;
+                count -= 1;
+            }
+            cursor = cursor.max(head + 1);
+            while count < AHEAD && cursor < n {
+                if state[cursor] == UNSEEN {
+                    let (s, e) = blocks.range(cursor);
                     src.prefetch(s, e);
+                    asked[(first + count) % AHEAD] = cursor;
+                    count += 1;
                 }
+                cursor += 1;
             }
             state[head] = DEFINITE;
             work.push(head);
@@ -617,8 +623,8 @@ impl Marker {
                 }
                 let (s, e) = blocks.range(i);
                 src.scan(s, e, &mut |ws| {
-                    for &w in ws {
-                        let Some(j) = blocks.find(w) else { continue };
+                    each_spanned(blocks, ws, |w| {
+                        let Some(j) = blocks.find_spanned(w) else { return };
                         match state[j] {
                             UNSEEN => {
                                 state[j] = INDIRECT;
@@ -633,7 +639,7 @@ impl Marker {
                             }
                             _ => {}
                         }
-                    }
+                    });
                 });
             }
         }
@@ -666,6 +672,27 @@ impl Marker {
             DEFINITE => Class::DefinitelyLost,
             _ => Class::IndirectlyLost,
         }
+    }
+}
+
+/// How many blocks ahead of the one it scans the mark asks its source for.
+const AHEAD: usize = 4;
+
+/// Calls `f` with the words of `ws` that `blocks.spans`, in order. Nearly every word a scan
+/// reads fails that test, so words are tested eight at a time without a branch for each, and
+/// only a group with a word in range is looked at word by word.
+#[inline(always)]
+fn each_spanned(blocks: &Blocks, ws: &[usize], mut f: impl FnMut(usize)) {
+    let mut groups = ws.chunks_exact(8);
+    for g in &mut groups {
+        if g.iter().fold(false, |any, &w| any | blocks.spans(w)) {
+            for &w in g.iter().filter(|&&w| blocks.spans(w)) {
+                f(w);
+            }
+        }
+    }
+    for &w in groups.remainder().iter().filter(|&&w| blocks.spans(w)) {
+        f(w);
     }
 }
 
