@@ -379,6 +379,12 @@ pub trait Source {
     fn is_vtable(&mut self, _addr: usize) -> bool {
         false
     }
+
+    /// A hint that `[start, end)` is scanned soon, so a source whose bytes are in memory can
+    /// ask for them ahead: the mark scans blocks in the order of its worklist, not as one
+    /// stream the processor's own prefetching follows, and would otherwise wait for every line
+    /// of every block. A source that cannot do so ignores it.
+    fn prefetch(&mut self, _start: usize, _end: usize) {}
 }
 
 /// Words memcheck looks at from a candidate vtable address for two function pointers.
@@ -551,9 +557,7 @@ impl Marker {
         };
         for &(s, e) in roots {
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
-                    mark(w, true, state, heur, work, src);
-                }
+                each_spanned(blocks, ws, |w| mark(w, true, state, heur, work, src));
             };
             scan_with(src, s, e, words, &mut run);
         }
@@ -561,14 +565,19 @@ impl Marker {
             mark(w, true, state, heur, work, src);
         }
         while let Some(i) = work.pop() {
+            // The block AHEAD entries down the worklist, unless blocks scanned before it push
+            // others on top: asked for that far ahead, its lines arrive while the blocks above
+            // it are scanned (one block's scan takes less time than a miss).
+            if let Some(&ahead) = work.len().checked_sub(AHEAD).and_then(|k| work.get(k)) {
+                let (s, e) = blocks.range(ahead);
+                src.prefetch(s, e);
+            }
             let (s, e) = blocks.range(i);
             // A block queued as possibly lost and upgraded since is queued again; scanning it
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
             let mut run = |ws: &[usize], src: &mut S| {
-                for &w in ws.iter().filter(|&&w| blocks.spans(w)) {
-                    mark(w, sure, state, heur, work, src);
-                }
+                each_spanned(blocks, ws, |w| mark(w, sure, state, heur, work, src));
             };
             scan_with(src, s, e, words, &mut run);
         }
@@ -581,17 +590,41 @@ impl Marker {
     /// among them) indirectly lost under it.
     fn cliques<S: Source>(&mut self, blocks: &Blocks, src: &mut S) {
         let (state, heads, work) = (&mut self.state, &mut self.head, &mut self.work);
-        for head in 0..blocks.len() {
+        let n = blocks.len();
+        // The next AHEAD heads, found ahead so that their words are asked for while this
+        // clique is scanned (a block a clique claims on the way is passed over when its turn
+        // comes): a ring of the heads asked for, and how far the search for them has come.
+        let mut asked = [0usize; AHEAD];
+        let (mut first, mut count, mut cursor) = (0, 0, 0);
+        for head in 0..n {
             if state[head] != UNSEEN {
                 continue;
+            }
+            while count > 0 && asked[first] <= head {
+                first = (first + 1) % AHEAD;
+                count -= 1;
+            }
+            cursor = cursor.max(head + 1);
+            while count < AHEAD && cursor < n {
+                if state[cursor] == UNSEEN {
+                    let (s, e) = blocks.range(cursor);
+                    src.prefetch(s, e);
+                    asked[(first + count) % AHEAD] = cursor;
+                    count += 1;
+                }
+                cursor += 1;
             }
             state[head] = DEFINITE;
             work.push(head);
             while let Some(i) = work.pop() {
+                if let Some(&next) = work.last() {
+                    let (s, e) = blocks.range(next);
+                    src.prefetch(s, e);
+                }
                 let (s, e) = blocks.range(i);
                 src.scan(s, e, &mut |ws| {
-                    for &w in ws {
-                        let Some(j) = blocks.find(w) else { continue };
+                    each_spanned(blocks, ws, |w| {
+                        let Some(j) = blocks.find_spanned(w) else { return };
                         match state[j] {
                             UNSEEN => {
                                 state[j] = INDIRECT;
@@ -606,7 +639,7 @@ impl Marker {
                             }
                             _ => {}
                         }
-                    }
+                    });
                 });
             }
         }
@@ -639,6 +672,27 @@ impl Marker {
             DEFINITE => Class::DefinitelyLost,
             _ => Class::IndirectlyLost,
         }
+    }
+}
+
+/// How many blocks ahead of the one it scans the mark asks its source for.
+const AHEAD: usize = 4;
+
+/// Calls `f` with the words of `ws` that `blocks.spans`, in order. Nearly every word a scan
+/// reads fails that test, so words are tested eight at a time without a branch for each, and
+/// only a group with a word in range is looked at word by word.
+#[inline(always)]
+fn each_spanned(blocks: &Blocks, ws: &[usize], mut f: impl FnMut(usize)) {
+    let mut groups = ws.chunks_exact(8);
+    for g in &mut groups {
+        if g.iter().fold(false, |any, &w| any | blocks.spans(w)) {
+            for &w in g.iter().filter(|&&w| blocks.spans(w)) {
+                f(w);
+            }
+        }
+    }
+    for &w in groups.remainder().iter().filter(|&&w| blocks.spans(w)) {
+        f(w);
     }
 }
 

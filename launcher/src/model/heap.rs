@@ -19,6 +19,9 @@ pub struct Heap {
     pub size_problems: Vec<Problem>,
     /// Where blocks have no stacks (see `model::bare`): what each group of `stacks` stands for.
     pub labels: Vec<String>,
+    /// The blocks as the shared analysis sees them, made on first need: the roots and the
+    /// classification both look addresses up in it.
+    analysis: std::cell::OnceCell<std::rc::Rc<crate::analysis::reach::Blocks>>,
 }
 
 /// Where an address falls in a block.
@@ -31,14 +34,19 @@ pub enum Within {
 }
 
 impl Heap {
-    /// The blocks as the shared analysis sees them (the same order: by address).
-    pub fn analysis_blocks(&self) -> crate::analysis::reach::Blocks {
-        let mut blocks = crate::analysis::reach::Blocks::with_capacity(self.blocks.len());
-        for b in &self.blocks {
-            blocks.push(b.addr as usize, (b.addr + b.size) as usize);
-        }
-        blocks.index();
-        blocks
+    /// The blocks as the shared analysis sees them (the same order: by address), made once
+    /// and shared by its callers: a heap's blocks do not change once it is made.
+    pub fn analysis_blocks(&self) -> std::rc::Rc<crate::analysis::reach::Blocks> {
+        self.analysis
+            .get_or_init(|| {
+                let mut blocks = crate::analysis::reach::Blocks::with_capacity(self.blocks.len());
+                for b in &self.blocks {
+                    blocks.push(b.addr as usize, (b.addr + b.size) as usize);
+                }
+                blocks.index();
+                std::rc::Rc::new(blocks)
+            })
+            .clone()
     }
 
     pub fn new(mut walk: Walk, header_size: u64) -> Heap {
@@ -51,6 +59,7 @@ impl Heap {
             header_size,
             size_problems: walk.size_problems,
             labels: Vec::new(),
+            analysis: std::cell::OnceCell::new(),
         }
     }
 

@@ -16,15 +16,15 @@ pub fn scan_words(mem: &dyn Memory, start: u64, end: u64, emit: &mut dyn FnMut(u
     if end <= start {
         return true;
     }
-    // Zeroed on every call, once per block scanned: small, so that costs a few stores, and as
-    // long as most blocks, which it then hands over in one run.
-    let mut run = [0usize; 128];
     mem.pieces(start, end, &mut |at, bytes| {
         // A core's bytes, mapped and aligned, are the words themselves: no copy.
         if let Ok(words) = bytemuck::try_cast_slice::<u8, usize>(bytes) {
             emit(at, words);
             return;
         }
+        // Made only here, where the bytes must be copied: zeroing it for every block scanned
+        // cost a kilobyte of stores each.
+        let mut run = [0usize; 128];
         // Pieces come whole from an aligned start, in multiples of 8 but for the last.
         for (k, chunk) in bytes.chunks(8 * run.len()).enumerate() {
             let n = chunk.len() / 8;
@@ -99,6 +99,14 @@ impl Source for Scan<'_> {
             return None;
         }
         self.mem.u64_at(addr as u64).ok().map(|w| w as usize)
+    }
+
+    /// The first lines of the block only: past that the processor's own prefetching follows
+    /// the scan as a stream.
+    fn prefetch(&mut self, start: usize, end: usize) {
+        const AHEAD: usize = 1024;
+        self.mem
+            .prefetch(start as u64, end.saturating_sub(start).min(AHEAD) as u64);
     }
 
     fn is_vtable(&mut self, addr: usize) -> bool {

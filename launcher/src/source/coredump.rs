@@ -13,7 +13,7 @@ use crate::source::threads::{self, Thread};
 use object::elf::{FileHeader64, NT_FILE, NT_PRSTATUS, PT_LOAD, PT_NOTE};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::LittleEndian as LE;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -54,6 +54,8 @@ pub struct CoreDump {
     /// Bytes the segments say the core holds beyond its end, when it was cut short (a size
     /// limit, a full disk).
     pub missing: u64,
+    /// The last answer of `loads_upto`: a scan asks for one segment many times in a row.
+    last_load: Cell<usize>,
     /// Files mapped into the process, opened on first need (None: unreadable).
     opened: RefCell<HashMap<PathBuf, Option<memmap2::Mmap>>>,
     /// The file on this machine to read each mapped file's left-out bytes from, once its build
@@ -138,6 +140,7 @@ impl CoreDump {
             mtime,
             threads: thread_list,
             missing,
+            last_load: Cell::new(0),
             opened: RefCell::new(HashMap::new()),
             files_here: HashMap::new(),
         })
@@ -171,6 +174,22 @@ impl CoreDump {
         )
     }
 
+    /// How many segments start at or below `addr` (the one that may hold it is the last of
+    /// them): the last answer when it still holds, else a binary search.
+    fn loads_upto(&self, addr: u64) -> usize {
+        let i = self.last_load.get();
+        let fits = i > 0
+            && i <= self.loads.len()
+            && self.loads[i - 1].vaddr <= addr
+            && self.loads.get(i).is_none_or(|l| l.vaddr > addr);
+        if fits {
+            return i;
+        }
+        let i = self.loads.partition_point(|l| l.vaddr <= addr);
+        self.last_load.set(i);
+        i
+    }
+
     /// Fills `buf` with the process's memory at `addr`: from the core's segments, or, where
     /// they left it out, from the file mapped there. False if some byte is in neither.
     fn fill(&self, mut addr: u64, mut buf: &mut [u8]) -> bool {
@@ -188,7 +207,7 @@ impl CoreDump {
     /// Reads what one segment or one mapped file holds from `addr` on, up to `buf.len()` bytes;
     /// returns how many.
     fn read_some(&self, addr: u64, buf: &mut [u8]) -> usize {
-        let i = self.loads.partition_point(|l| l.vaddr <= addr);
+        let i = self.loads_upto(addr);
         if let Some(l) = i.checked_sub(1).map(|i| &self.loads[i]) {
             let rel = addr - l.vaddr;
             if rel < l.filesz {
@@ -229,7 +248,7 @@ impl CoreDump {
     /// mapped file's): where a file's first page is, its ELF headers as the process had them.
     pub fn dumped(&self, addr: u64) -> Option<&[u8]> {
         let (start, end) = self.extent(addr)?;
-        let i = self.loads.partition_point(|l| l.vaddr <= addr) - 1;
+        let i = self.loads_upto(addr) - 1;
         let at = (self.loads[i].offset + (addr - start)) as usize;
         self.data.get(at..at + (end - addr) as usize)
     }
@@ -273,7 +292,7 @@ impl Memory for CoreDump {
         let mut all = true;
         let mut at = start;
         while at < end {
-            let i = self.loads.partition_point(|l| l.vaddr <= at);
+            let i = self.loads_upto(at);
             let seg = i
                 .checked_sub(1)
                 .map(|i| &self.loads[i])
@@ -305,7 +324,7 @@ impl Memory for CoreDump {
     }
 
     fn borrow(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        let l = &self.loads[self.loads.partition_point(|l| l.vaddr <= addr).checked_sub(1)?];
+        let l = &self.loads[self.loads_upto(addr).checked_sub(1)?];
         let rel = addr - l.vaddr;
         if rel.checked_add(len)? > l.filesz {
             return None;
@@ -321,7 +340,7 @@ impl Memory for CoreDump {
     }
 
     fn extent(&self, addr: u64) -> Option<(u64, u64)> {
-        let i = self.loads.partition_point(|l| l.vaddr <= addr);
+        let i = self.loads_upto(addr);
         let l = &self.loads[i.checked_sub(1)?];
         (addr - l.vaddr < l.filesz).then_some((l.vaddr, l.vaddr + l.filesz))
     }

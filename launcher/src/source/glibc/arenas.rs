@@ -15,7 +15,11 @@ pub const TOP: u64 = 96;
 pub const BINS: u64 = 112;
 pub const NBINS: u64 = 127;
 pub const NEXT: u64 = 2160;
+/// `system_mem`: the bytes the arena took from the system.
+pub const SYSTEM_MEM: u64 = 2184;
 pub const STATE_LEN: u64 = 2200;
+/// `flags`' bit saying the main arena's memory is not one contiguous stretch from sbrk.
+const NONCONTIGUOUS: usize = 2;
 
 /// One heap of an arena: the chunks from `first` up to `end` (or to the arena's top chunk).
 #[derive(Clone, Debug)]
@@ -66,21 +70,7 @@ pub fn find(mem: &dyn Words, regions: &[Mapping], main: u64) -> Arenas {
     if let Some((s, e)) = maps::range_of(regions, tops[0] as usize) {
         let (s, e) = (s as u64, e as u64);
         taken.push((s, e));
-        let looks_first = |c: u64| {
-            mem.word((c + 8) as usize)
-                .is_some_and(|w| w & 7 == 1 && (w & !7) >= 32 && c + (w as u64 & !7) <= tops[0])
-        };
-        let mut first = s;
-        if !looks_first(s) {
-            let mut c = s;
-            while c < tops[0] && c < s + (1 << 20) {
-                if looks_first(c) && reaches(mem, c, tops[0]) {
-                    first = c;
-                    break;
-                }
-                c += 16;
-            }
-        }
+        let first = main_first(mem, main, tops[0], s);
         heaps.push(HeapRange {
             first,
             end: tops[0] + 16,
@@ -120,6 +110,47 @@ pub fn find(mem: &dyn Words, regions: &[Mapping], main: u64) -> Arenas {
         heaps,
         taken,
     }
+}
+
+/// The main heap's first chunk, in the range of mappings from `s` that holds the top chunk
+/// `top`: `s` itself, unless the kernel merged the heap with the program's .bss before it (see
+/// `find`).
+fn main_first(mem: &dyn Words, main: u64, top: u64, s: u64) -> u64 {
+    let looks_first = |c: u64| {
+        mem.word((c + 8) as usize)
+            .is_some_and(|w| w & 7 == 1 && (w & !7) >= 32 && c + (w as u64 & !7) <= top)
+    };
+    let mut first = s;
+    if !looks_first(s) {
+        // glibc's own account first: a contiguous main arena holds `system_mem` bytes from
+        // where sbrk first gave it memory up to the end of its top chunk, so its first chunk
+        // is that far below the end (a walk of every chunk from each candidate, below, costs
+        // as much as the heap's walk itself).
+        let contiguous = mem
+            .word(main as usize)
+            .is_some_and(|w| (w >> 32) & NONCONTIGUOUS == 0);
+        let top_end = mem
+            .word((top + 8) as usize)
+            .map(|w| top.wrapping_add(w as u64 & !7));
+        let base = mem
+            .word((main + SYSTEM_MEM) as usize)
+            .zip(top_end)
+            .map(|(sys, end)| end.wrapping_sub(sys as u64))
+            .filter(|&c| contiguous && c > s && c < top && c.is_multiple_of(16) && looks_first(c));
+        if let Some(c) = base {
+            first = c;
+        }
+    }
+    if !looks_first(first) {
+        let mut c = s;
+        while c < top && c < s + (1 << 20) {
+            if looks_first(c) && reaches(mem, c, top) {
+                return c;
+            }
+            c += 16;
+        }
+    }
+    first
 }
 
 /// The size of a heap_info, learnt from an arena whose state follows its first heap's.

@@ -8,7 +8,7 @@
 use super::arenas::Arenas;
 use crate::analysis::arena::Words;
 use crate::analysis::maps::{self, Mapping};
-use crate::source::memory::Memory;
+use crate::source::memory::{prefetch_lines, Memory};
 
 pub const PREV_INUSE: u64 = 1;
 pub const IS_MMAPPED: u64 = 2;
@@ -98,6 +98,13 @@ impl HeapWalk<'_> {
             // This chunk's PREV_INUSE bit says whether the one before is in use.
             if let Some(i) = self.prev {
                 self.out[i].in_use = word & PREV_INUSE != 0;
+            }
+            // The header eight chunks on, were they all of this size (a heap holds runs of
+            // blocks of one size): asked for now, it is in the cache when the walk gets there,
+            // where each header's address depends on the size read before it.
+            let ahead = o + 8 * size as usize;
+            if ahead < bytes.len() {
+                prefetch_lines(&bytes[ahead..ahead + 1]);
             }
             self.prev = Some(self.out.len());
             self.out.push(Chunk {
