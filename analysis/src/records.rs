@@ -8,7 +8,7 @@ use crate::reach::{Class, Heuristic};
 use crate::suppressions::{Generated, Hit, Stack, Suppressions};
 use crate::vgxml::Record;
 use crate::words::plural;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
 /// Blocks and bytes of each class, in `Class::ALL` order.
@@ -129,7 +129,7 @@ impl<K: Hash + Ord + Clone> LossRecords<K> {
         let mut totals: ByClass = [(0, 0); 4];
         let mut via_unrecorded = [(0, 0); 4];
         let mut records: Vec<LossRecord<K>> = Vec::new();
-        let mut at: HashMap<(Class, K), usize> = HashMap::new();
+        let mut at: FxHashMap<(Class, K), usize> = FxHashMap::default();
         for i in sel {
             let (class, bytes) = (marks.class[i], size(i));
             let t = &mut totals[class as usize];
