@@ -1,4 +1,5 @@
-//! The launcher's few calls into libc, each wrapped in a safe function.
+//! The launcher's few calls into C, each wrapped in a safe function: libc's, and elfutils'
+//! debuginfod client, loaded when first asked for.
 
 /// The core-size limit after raising the soft limit as far as the hard one allows:
 /// `(soft, hard)` in bytes, `None` meaning unlimited.
