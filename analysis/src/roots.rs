@@ -30,8 +30,9 @@
 //! * the program's own writable memory that holds no block (`extra_roots`, below).
 //!
 //! Left out: the allocator's own state, which is not the program's memory (glibc's
-//! `main_arena`, found by its shape in libc's data, and glibc's heaps, whose free chunks hold
-//! stale pointers; or all writable data of a jemalloc, tcmalloc or mimalloc in use); libdmem's
+//! `main_arena`, found by its shape in libc's data, whichever allocator the program uses, and
+//! glibc's heaps, whose free chunks hold stale pointers; and all writable data of a jemalloc,
+//! tcmalloc or mimalloc in use); libdmem's
 //! own data (its list heads point at headers, never into blocks), each thread's area of its
 //! state in static TLS (`descriptor::TLS_AREA_BYTES`: under `count-allocs` it keeps the thread's
 //! newest block, which valgrind, without libdmem, sees only as the program keeps it) and the free history's rings;

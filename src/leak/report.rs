@@ -112,7 +112,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     };
     // Without blocks in glibc's main heap there is nothing main_arena could point to, so
     // nothing to tell.
-    let lost_arena = !objs.libc_data.is_empty() && arena.is_none() && in_main_heap(&live);
+    let lost_arena = objs.glibc_backend && arena.is_none() && in_main_heap(&live);
     let leaked = write_report(&live, &marks, show, &notes, &breaks, lost_arena);
     // The tables of block addresses made before the stop are not given back (the heap has
     // switched to its own pages, which are unmapped before a core is written): a reader of that

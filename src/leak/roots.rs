@@ -24,8 +24,11 @@ pub(super) struct Objects {
     pub(super) data: Vec<(usize, usize)>,
     /// libdmem's own writable segments: its lists, descriptor and bootstrap arena.
     pub(super) own: Vec<(usize, usize)>,
-    /// libc's writable segments when glibc is the backend; `main_arena` is cut out of them.
+    /// libc's writable segments; `main_arena` is cut out of them, whichever allocator is the
+    /// backend (it is glibc's state, as the launcher reads it from a core).
     pub(super) libc_data: Vec<(usize, usize)>,
+    /// Whether glibc's malloc is the backend.
+    pub(super) glibc_backend: bool,
     /// The static TLS the objects take (`analysis::roots::static_tls`).
     pub(super) static_tls: usize,
     /// libdmem's own memory (`own_memory`), filled in once the report's buffers are made.
@@ -69,11 +72,12 @@ pub(super) fn objects() -> Objects {
                 core::ffi::CStr::from_ptr(info.dlpi_name).to_bytes()
             };
             let is_libc = name.ends_with(b"/libc.so.6") || name == b"libc.so.6";
+            objs.glibc_backend |= backend && is_libc;
             for ph in loads.filter(|ph| ph.p_flags & libc::PF_W != 0) {
-                if !backend {
-                    objs.data.push(seg(ph));
-                } else if is_libc {
+                if is_libc {
                     objs.libc_data.push(seg(ph));
+                } else if !backend {
+                    objs.data.push(seg(ph));
                 }
                 // Any other backend (jemalloc, tcmalloc, mimalloc): all its writable data is the
                 // allocator's state, left out whole.
@@ -207,7 +211,7 @@ pub(super) fn own_extra_roots(
     if crate::own_heap::in_emergency() {
         return Vec::new();
     }
-    let glibc = !objs.libc_data.is_empty();
+    let glibc = objs.glibc_backend;
     // glibc's main heap is `[heap]`, and wherever else main_arena's top or the blocks' chunks
     // say it lies (where brk fails, glibc maps more of it elsewhere).
     let mut maps = maps.to_vec();
