@@ -32,12 +32,11 @@
 //! Left out: the allocator's own state, which is not the program's memory (glibc's
 //! `main_arena`, found by its shape in libc's data, whichever allocator the program uses, and
 //! glibc's heaps, whose free chunks hold stale pointers; and all writable data of a jemalloc,
-//! tcmalloc or mimalloc in use); libdmem's
-//! own data (its list heads point at headers, never into blocks), each thread's area of its
-//! state in static TLS (`descriptor::TLS_AREA_BYTES`: under `count-allocs` it keeps the thread's
-//! newest block, which valgrind, without libdmem, sees only as the program keeps it) and the free history's rings;
-//! and, from a core, what the kernel did not dump (memory nothing was ever written to holds no
-//! pointer).
+//! tcmalloc or mimalloc in use); libdmem's own data (its list heads point at headers, never
+//! into blocks), each thread's area of its state in static TLS (`descriptor::TLS_AREA_BYTES`:
+//! under `count-allocs` it keeps the thread's newest block, which valgrind, without libdmem,
+//! sees only as the program keeps it) and the free history's rings; and, from a core, what the
+//! kernel did not dump (memory nothing was ever written to holds no pointer).
 //!
 //! Beyond the program's data, thread stacks, TLS and registers, memcheck scans every client
 //! mapping that is not a heap block, so the objects of an allocator of the program's own
@@ -58,11 +57,12 @@ use crate::maps::Mapping;
 use crate::reach::Blocks;
 
 /// Calls `emit` with the parts of `maps[i]` (sorted by address) that are roots by the rule
-/// of the program's own writable memory above. `sps` are the threads' stack pointers. With glibc as the allocator, a mapping that
-/// holds blocks still counts for the rest of it: the kernel merges neighbouring anonymous
-/// mappings, so a chunk glibc mapped for one large block often shares a mapping with an
-/// allocator of the program's own; any other allocator may keep freed memory with stale
-/// pointers beside its live blocks, so there a mapping with a block is left out whole.
+/// of the program's own writable memory above. `sps` are the threads' stack pointers. With
+/// glibc as the allocator, a mapping that holds blocks still counts for the rest of it: the
+/// kernel merges neighbouring anonymous mappings, so a chunk glibc mapped for one large block
+/// often shares a mapping with an allocator of the program's own; any other allocator may keep
+/// freed memory with stale pointers beside its live blocks, so there a mapping with a block is
+/// left out whole.
 pub fn extra_roots(
     maps: &[Mapping],
     i: usize,

@@ -146,7 +146,7 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) ->
         unreadable,
     };
     let mut marker = Marker::new(blocks.len());
-    marker.classify(&blocks, &ranges, &values, heuristics, &mut scan);
+    marker.classify(blocks, &ranges, &values, heuristics, &mut scan);
     let class: Vec<Class> = (0..blocks.len()).map(|i| marker.class(i)).collect();
     let heuristic = (0..blocks.len()).map(|i| marker.heuristic(i)).collect();
     let head = (0..blocks.len()).map(|i| marker.head(i)).collect();

@@ -241,18 +241,17 @@ pub fn gather(image: &Image, objects: &[Loaded], heap: &Heap) -> Roots {
         .collect();
     let exit = exit_entry(image);
     let tls = tls_size(objects);
-    // Where each thread's area of libdmem state lies from its thread pointer.
-    let area_offset = image
-        .layout
-        .inflight
-        .and_then(|(offset_at, _)| mem.u64_at(offset_at).ok())
-        .filter(|&o| o != 0);
+    let own = Own {
+        // Where each thread's area of libdmem state lies from its thread pointer.
+        tls_area: image
+            .layout
+            .inflight
+            .and_then(|(offset_at, _)| mem.u64_at(offset_at).ok())
+            .filter(|&o| o != 0),
+        memory: &own,
+    };
     for t in &image.threads {
         let entered = exit.as_ref().filter(|x| x.tid == t.tid);
-        let own = Own {
-            tls_area: area_offset,
-            memory: &own,
-        };
         thread_roots(mem, t, entered, tls, &own, heap, &mut roots);
         if entered.is_none() {
             roots.extend(carried_roots(image, t, heap));
@@ -509,7 +508,7 @@ fn own_memory_roots(
         .any(|o| ALLOCATOR_LIBS.iter().any(|p| o.name.starts_with(p)));
     for i in 0..regions.len() {
         let mut parts = Vec::new();
-        extra::extra_roots(&regions, i, &blocks, &sps, &words, glibc, &mut |s, e| {
+        extra::extra_roots(&regions, i, blocks, &sps, &words, glibc, &mut |s, e| {
             parts.push((s, e))
         });
         for (s, e) in parts {
