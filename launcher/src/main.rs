@@ -28,6 +28,9 @@ mod source;
 mod steps;
 mod sys;
 
+#[global_allocator]
+static ALLOCATOR: sys::Allocator = sys::Allocator;
+
 use std::ffi::OsString;
 use std::fmt;
 

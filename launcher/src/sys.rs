@@ -425,3 +425,59 @@ pub fn debuginfod_find(
         Debuginfod::Found(found.into())
     }
 }
+
+/// The launcher's allocator: the system's, with the large tables a core's reading builds (a
+/// byte, a word or several per block of the heap, for a million blocks and more) asked for in
+/// huge pages, which the kernel gives where /sys/kernel/mm/transparent_hugepage/enabled says
+/// `madvise` or `always`. Each 4 KiB page of such a table cost a page fault when first
+/// written: over a third of the faults of `dmem leaks` on a core of a million blocks.
+pub struct Allocator;
+
+/// The size from which an allocation may hold a whole 2 MiB page; below it the request could
+/// never apply.
+const HUGE_FROM: usize = 2 << 20;
+
+fn advise_huge(ptr: *mut u8, size: usize) {
+    if ptr.is_null() || size < HUGE_FROM {
+        return;
+    }
+    let page = 4096;
+    let start = (ptr as usize).next_multiple_of(page);
+    let end = (ptr as usize + size) & !(page - 1);
+    // SAFETY: the range lies inside the allocation just made, rounded inward to whole pages;
+    // MADV_HUGEPAGE changes how the kernel backs those pages, never their contents, and a
+    // kernel that refuses it leaves the memory as it was.
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+    }
+}
+
+// SAFETY: every call is passed to `System` unchanged; `advise_huge` only adds advice on pages
+// of the block `System` returned.
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller keeps `alloc`'s contract, which is `System.alloc`'s.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        advise_huge(p, layout.size());
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        advise_huge(p, layout.size());
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller passes a block this allocator, that is `System`, returned.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as `dealloc`, and `new_size` keeps `realloc`'s contract.
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        advise_huge(p, new_size);
+        p
+    }
+}
