@@ -1,5 +1,6 @@
 //! The launcher's few calls into C, each wrapped in a safe function: libc's, and elfutils'
-//! debuginfod client, loaded when first asked for.
+//! debuginfod client, loaded when first asked for; and its allocator, the system's with huge
+//! pages asked for its large tables.
 
 /// The core-size limit after raising the soft limit as far as the hard one allows:
 /// `(soft, hard)` in bytes, `None` meaning unlimited.
