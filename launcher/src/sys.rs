@@ -442,12 +442,15 @@ fn advise_huge(ptr: *mut u8, size: usize) {
     if ptr.is_null() || size < HUGE_FROM {
         return;
     }
+    // Rounded outward to whole pages: glibc maps a large block alone, its header in the first
+    // page, and advice on part of a mapping splits it in two, which mremap cannot move, so a
+    // growing table would be copied at every step instead of moved.
     let page = 4096;
-    let start = (ptr as usize).next_multiple_of(page);
-    let end = (ptr as usize + size) & !(page - 1);
-    // SAFETY: the range lies inside the allocation just made, rounded inward to whole pages;
-    // MADV_HUGEPAGE changes how the kernel backs those pages, never their contents, and a
-    // kernel that refuses it leaves the memory as it was.
+    let start = ptr as usize & !(page - 1);
+    let end = (ptr as usize + size).next_multiple_of(page);
+    // SAFETY: the range is the allocation just made, rounded out to whole pages, which belong
+    // to the same mapping; MADV_HUGEPAGE changes how the kernel backs those pages, never their
+    // contents, and a kernel that refuses it leaves the memory as it was.
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
