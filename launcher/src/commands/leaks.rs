@@ -17,6 +17,7 @@ use crate::steps::inspect::Inspect;
 use crate::steps::scan::Scan;
 use crate::steps::suppress::{used, Gate, UsedJson};
 use crate::Result;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -270,8 +271,9 @@ impl Leaks {
         let show_bits = bits(&shown);
         let every = select(&mut scan.ins, f, None)?;
         let recs = records_of(scan, gate, &every);
-        // The blocks listed: of the classes shown, in records no suppression took.
-        let kept: HashMap<(u32, Class), &records::LossRecord<(u32, u32)>> =
+        // The blocks listed: of the classes shown, in records no suppression took. Looked up
+        // once per block, so hashed with rustc-hash rather than SipHash, as the records are.
+        let kept: FxHashMap<(u32, Class), &records::LossRecord<(u32, u32)>> =
             recs.listed(show_bits).map(|r| ((r.key.1, r.class), r)).collect();
         let blocks = &scan.ins.heap.blocks;
         let sel: Vec<usize> = every
