@@ -431,7 +431,7 @@ pub fn debuginfod_find(
 /// byte, a word or several per block of the heap, for a million blocks and more) asked for in
 /// huge pages, which the kernel gives where /sys/kernel/mm/transparent_hugepage/enabled says
 /// `madvise` or `always`. Each 4 KiB page of such a table cost a page fault when first
-/// written: over a third of the faults of `dmem leaks` on a core of a million blocks.
+/// written: three faults in four of `dmem leaks` on a core of a million blocks.
 pub struct Allocator;
 
 /// The size from which an allocation may hold a whole 2 MiB page; below it the request could
