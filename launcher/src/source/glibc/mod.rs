@@ -258,6 +258,11 @@ fn find_tcaches(
 /// thread 0), with what ended a heap's walk early as problems. `tps` are the threads' thread
 /// pointers (`fs_base`), through which each thread's tcache is found wherever it is.
 pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk, Census) {
+    const {
+        use std::mem::{align_of, size_of};
+        assert!(size_of::<chunks::Chunk>() == size_of::<Block>());
+        assert!(align_of::<chunks::Chunk>() == align_of::<Block>());
+    }
     let words = ImageWords(mem);
     let mut regions = mem.regions();
     if regions.is_empty() {
@@ -295,21 +300,20 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk,
     let mut mm = Vec::new();
     chunks::mmapped(&words, &regions, &found, &mut mm);
     census.mmapped = mm.len() as u64;
-    let mut blocks = Vec::with_capacity(chunks.len() + mm.len());
-    for c in chunks.iter().chain(mm.iter()) {
-        census.chunks += 1;
+    census.chunks = (chunks.len() + mm.len()) as u64;
+    let mut block_of = |c: chunks::Chunk| {
         let free = !c.in_use
             || (!in_tcache.is_empty() && in_tcache.contains(&c.at))
             || (!fast.is_empty() && fast.contains(&c.at));
         if free {
             census.free_chunks += 1;
             census.free_bytes += c.size;
-            continue;
+            return None;
         }
         if c.size >= free::TCACHE_CHUNK_OLD && tcaches.contains(&c.at) {
-            continue;
+            return None;
         }
-        blocks.push(Block {
+        Some(Block {
             addr: c.at + 16,
             // What malloc_usable_size says: a heap chunk lends its last 8 bytes' neighbour
             // field (the next chunk's prev_size) to its block; a mapped one has no neighbour.
@@ -319,8 +323,13 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk,
             list: c.arena.min(u16::MAX as usize) as u16,
             named_list: c.arena.min(u16::MAX as usize) as u16,
             align_log2: 0,
-        });
-    }
+        })
+    };
+    // Collected in place: a chunk and a block have the same size and alignment (checked where
+    // the walk starts), so the blocks take over the chunks' memory instead of as much again,
+    // fresh, to fault in and zero: 32 MB on a heap of a million blocks.
+    let mut blocks: Vec<Block> = chunks.into_iter().filter_map(&mut block_of).collect();
+    blocks.extend(mm.into_iter().filter_map(&mut block_of));
     blocks.sort_unstable_by_key(|b| b.addr);
     let counters = Counters {
         live_blocks: blocks.len() as u64,
