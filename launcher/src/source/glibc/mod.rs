@@ -258,11 +258,6 @@ fn find_tcaches(
 /// thread 0), with what ended a heap's walk early as problems. `tps` are the threads' thread
 /// pointers (`fs_base`), through which each thread's tcache is found wherever it is.
 pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk, Census) {
-    const {
-        use std::mem::{align_of, size_of};
-        assert!(size_of::<chunks::Chunk>() == size_of::<Block>());
-        assert!(align_of::<chunks::Chunk>() == align_of::<Block>());
-    }
     let words = ImageWords(mem);
     let mut regions = mem.regions();
     if regions.is_empty() {
@@ -301,35 +296,7 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk,
     chunks::mmapped(&words, &regions, &found, &mut mm);
     census.mmapped = mm.len() as u64;
     census.chunks = (chunks.len() + mm.len()) as u64;
-    let mut block_of = |c: chunks::Chunk| {
-        let free = !c.in_use
-            || (!in_tcache.is_empty() && in_tcache.contains(&c.at))
-            || (!fast.is_empty() && fast.contains(&c.at));
-        if free {
-            census.free_chunks += 1;
-            census.free_bytes += c.size;
-            return None;
-        }
-        if c.size >= free::TCACHE_CHUNK_OLD && tcaches.contains(&c.at) {
-            return None;
-        }
-        Some(Block {
-            addr: c.at + 16,
-            // What malloc_usable_size says: a heap chunk lends its last 8 bytes' neighbour
-            // field (the next chunk's prev_size) to its block; a mapped one has no neighbour.
-            size: c.size - if c.mmapped { 16 } else { 8 },
-            tid: 0,
-            stack: 0,
-            list: c.arena.min(u16::MAX as usize) as u16,
-            named_list: c.arena.min(u16::MAX as usize) as u16,
-            align_log2: 0,
-        })
-    };
-    // Collected in place: a chunk and a block have the same size and alignment (checked where
-    // the walk starts), so the blocks take over the chunks' memory instead of as much again,
-    // fresh, to fault in and zero: 32 MB on a heap of a million blocks.
-    let mut blocks: Vec<Block> = chunks.into_iter().filter_map(&mut block_of).collect();
-    blocks.extend(mm.into_iter().filter_map(&mut block_of));
+    let mut blocks = blocks_of(chunks, mm, &in_tcache, &fast, &tcaches, &mut census);
     blocks.sort_unstable_by_key(|b| b.addr);
     let counters = Counters {
         live_blocks: blocks.len() as u64,
@@ -358,4 +325,52 @@ pub fn walk(mem: &dyn Memory, maps: &Mappings, g: &Glibc, tps: &[u64]) -> (Walk,
         size_problems,
     };
     (walk, census)
+}
+
+/// The blocks of the chunks in use (`chunks`, the heaps' in address order, then `mm`, the
+/// mapped ones), counting the free ones in `census`: a chunk in a tcache or a fast bin is free
+/// although its neighbour says it is in use, and a tcache is glibc's, not the program's.
+fn blocks_of(
+    chunks: Vec<chunks::Chunk>,
+    mm: Vec<chunks::Chunk>,
+    in_tcache: &HashSet<u64, AddrHash>,
+    fast: &HashSet<u64, AddrHash>,
+    tcaches: &HashSet<u64, AddrHash>,
+    census: &mut Census,
+) -> Vec<Block> {
+    const {
+        use std::mem::{align_of, size_of};
+        assert!(size_of::<chunks::Chunk>() == size_of::<Block>());
+        assert!(align_of::<chunks::Chunk>() == align_of::<Block>());
+    }
+    let mut block_of = |c: chunks::Chunk| {
+        let free = !c.in_use
+            || (!in_tcache.is_empty() && in_tcache.contains(&c.at))
+            || (!fast.is_empty() && fast.contains(&c.at));
+        if free {
+            census.free_chunks += 1;
+            census.free_bytes += c.size;
+            return None;
+        }
+        if c.size >= free::TCACHE_CHUNK_OLD && tcaches.contains(&c.at) {
+            return None;
+        }
+        Some(Block {
+            addr: c.at + 16,
+            // What malloc_usable_size says: a heap chunk lends its last 8 bytes' neighbour
+            // field (the next chunk's prev_size) to its block; a mapped one has no neighbour.
+            size: c.size - if c.mmapped { 16 } else { 8 },
+            tid: 0,
+            stack: 0,
+            list: c.arena.min(u16::MAX as usize) as u16,
+            named_list: c.arena.min(u16::MAX as usize) as u16,
+            align_log2: 0,
+        })
+    };
+    // Collected in place: a chunk and a block have the same size and alignment (checked above),
+    // so the blocks take over the chunks' memory instead of as much again, fresh, to fault in
+    // and zero: 32 MB on a heap of a million blocks.
+    let mut blocks: Vec<Block> = chunks.into_iter().filter_map(&mut block_of).collect();
+    blocks.extend(mm.into_iter().filter_map(&mut block_of));
+    blocks
 }
