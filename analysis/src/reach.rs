@@ -653,6 +653,14 @@ impl Marker {
         Heuristic::from_index(self.heuristic[i])
     }
 
+    /// Every indirectly lost block with its `head`, as (block, head), in block order: what
+    /// `records::Marks` reads.
+    pub fn heads(&self) -> Vec<(usize, usize)> {
+        (0..self.state.len())
+            .filter_map(|i| self.head(i).map(|h| (i, h)))
+            .collect()
+    }
+
     /// For an indirectly lost block, the definitely lost block whose loss record valgrind
     /// counts it in (`161 (48 direct, 113 indirect) bytes`).
     pub fn head(&self, i: usize) -> Option<usize> {

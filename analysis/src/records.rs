@@ -46,8 +46,9 @@ pub struct Marks<'a> {
     pub class: &'a [Class],
     /// The heuristic that made a block still reachable, if one did.
     pub heuristic: &'a [Option<Heuristic>],
-    /// For an indirectly lost block, the definitely lost block whose loss record counts it.
-    pub head: &'a [Option<usize>],
+    /// Each indirectly lost block with the definitely lost block whose loss record counts it,
+    /// as (block, head): a pair for each of them rather than a slot for every block.
+    pub head: &'a [(usize, usize)],
 }
 
 /// One loss record: the blocks of one class allocated from one stack (`key`: the library's raw
@@ -165,11 +166,9 @@ impl<K: Hash + Ord + Clone> LossRecords<K> {
         }
         // memcheck counts the bytes of an indirectly lost block in the record of the definitely
         // lost block that holds it, whichever blocks were selected.
-        for (i, h) in marks.head.iter().enumerate() {
-            if let Some(h) = *h {
-                if let Some(&k) = at.get(&(Class::DefinitelyLost, key(h))) {
-                    records[k].indirect += size(i);
-                }
+        for &(i, h) in marks.head {
+            if let Some(&k) = at.get(&(Class::DefinitelyLost, key(h))) {
+                records[k].indirect += size(i);
             }
         }
         records.sort_by(|a, b| (a.class, b.bytes, &a.key).cmp(&(b.class, a.bytes, &b.key)));
@@ -274,7 +273,7 @@ mod tests {
         ];
         let class: Vec<Class> = blocks.iter().map(|b| b.2).collect();
         let heuristic = [None, None, None, None, None, Some(Heuristic::Length64)];
-        let head = [None, None, None, None, Some(0), None];
+        let head = [(4, 0)];
         let marks = Marks {
             class: &class,
             heuristic: &heuristic,

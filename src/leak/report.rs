@@ -108,7 +108,7 @@ pub fn leak_report(entry: &Entry) -> usize {
     let marks = Marks {
         class: (0..live.len()).map(|i| marker.class(i)).collect(),
         heuristic: (0..live.len()).map(|i| marker.heuristic(i)).collect(),
-        head: (0..live.len()).map(|i| marker.head(i)).collect(),
+        head: marker.heads(),
     };
     // Without blocks in glibc's main heap there is nothing main_arena could point to, so
     // nothing to tell.

@@ -24,8 +24,8 @@ pub(super) struct Marks {
     pub class: Vec<Class>,
     /// The heuristic that made a block still reachable, if one did.
     pub heuristic: Vec<Option<Heuristic>>,
-    /// For an indirectly lost block, the definitely lost block whose loss record counts it.
-    pub head: Vec<Option<usize>>,
+    /// Each indirectly lost block with the definitely lost block whose loss record counts it.
+    pub head: Vec<(usize, usize)>,
 }
 
 /// Groups the blocks by class and stack (`analysis::records`, as `dmem leaks` does), leaves out

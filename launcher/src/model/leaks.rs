@@ -41,9 +41,9 @@ pub struct Classified {
     pub class: Vec<Class>,
     /// The heuristic that made each block still reachable, if one did.
     pub heuristic: Vec<Option<Heuristic>>,
-    /// For each indirectly lost block, the definitely lost block whose loss record valgrind
-    /// counts it in.
-    pub head: Vec<Option<usize>>,
+    /// Each indirectly lost block with the definitely lost block whose loss record valgrind
+    /// counts it in, as (block, head).
+    pub head: Vec<(usize, usize)>,
     /// Roots (by index) that could not be read whole.
     pub unread_roots: Vec<usize>,
     /// Blocks whose contents could not be read whole.
@@ -149,7 +149,7 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) ->
     marker.classify(blocks, &ranges, &values, heuristics, &mut scan);
     let class: Vec<Class> = (0..blocks.len()).map(|i| marker.class(i)).collect();
     let heuristic = (0..blocks.len()).map(|i| marker.heuristic(i)).collect();
-    let head = (0..blocks.len()).map(|i| marker.head(i)).collect();
+    let head = marker.heads();
     // The mark reads roots in pieces: a root is unread if some piece inside it was.
     let inside = |(s, e): (usize, usize), (rs, re): (usize, usize)| rs <= s && e <= re;
     let unread = scan.unread;
