@@ -59,7 +59,13 @@ pub fn walk(mem: &dyn Memory, layout: &Layout, opts: WalkOptions) -> Result<Walk
                 })
             });
         }
-        out.blocks.extend_from_slice(&scratch.blocks);
+        if out.blocks.is_empty() {
+            // Moved, not copied: on a heap of a million blocks the first list may be all of
+            // them, and a copy would be as much memory again, fresh, to fault in and zero.
+            std::mem::swap(&mut out.blocks, &mut scratch.blocks);
+        } else {
+            out.blocks.extend_from_slice(&scratch.blocks);
+        }
         out.counters.add(&read.counters);
         out.lists.push(read);
     }
