@@ -663,7 +663,7 @@ impl Marker {
 
     /// For an indirectly lost block, the definitely lost block whose loss record valgrind
     /// counts it in (`161 (48 direct, 113 indirect) bytes`).
-    pub fn head(&self, i: usize) -> Option<usize> {
+    fn head(&self, i: usize) -> Option<usize> {
         let mut h = *self.head.get(i)?;
         // Heads taken by a later clique pass their blocks on; each step goes to a later clique.
         while h != usize::MAX && self.state[h] == INDIRECT {
