@@ -16,7 +16,8 @@ pub(super) struct ListScratch {
     pub(super) stacks: Vec<Box<[u64]>>,
     /// The index in `stacks` of each of them.
     ids: HashMap<Box<[u64]>, u32, AddrHash>,
-    /// The frames of the header at hand.
+    /// The frames of the header at hand, copied out of it when they are not the stack of the
+    /// block before.
     frames: Vec<u64>,
 }
 
@@ -32,25 +33,37 @@ impl ListScratch {
     /// stacks than blocks, so keeping each block's frames to intern later would write and
     /// read back 80 bytes a block.
     fn push(&mut self, l: &Layout, i: u64, h: u64, f: &HeaderFields, hd: &[u8]) {
-        self.frames.clear();
-        self.frames
-            .extend((0..l.nframes).map(|k| word_at(hd, l.off_frames + 8 * k)));
-        let used = self.frames.iter().rposition(|&f| f != 0).map_or(0, |p| p + 1);
-        let frames = &self.frames[..used];
+        // The layout's check keeps the frames inside the header.
+        let off = l.off_frames as usize;
+        let raw = &hd[off..off + 8 * l.nframes as usize];
+        let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap());
+        let used = raw
+            .chunks_exact(8)
+            .rposition(|c| word(c) != 0)
+            .map_or(0, |p| p + 1);
+        let raw = &raw[..8 * used];
         // Blocks next to each other on a list mostly come from one stack: that one is compared
-        // first, which costs less than hashing the frames.
+        // first, straight from the header's bytes, which costs less than copying the frames
+        // out and hashing them.
+        let same =
+            |s: &[u64]| s.len() == used && s.iter().zip(raw.chunks_exact(8)).all(|(&a, c)| a == word(c));
         let last = self.blocks.last().map(|b| b.stack);
-        let stack = match last.filter(|&id| self.stacks[id as usize][..] == *frames) {
+        let stack = match last.filter(|&id| same(&self.stacks[id as usize])) {
             Some(id) => id,
-            None => match self.ids.get(frames) {
-                Some(&id) => id,
-                None => {
-                    let id = self.stacks.len() as u32;
-                    self.stacks.push(frames.into());
-                    self.ids.insert(frames.into(), id);
-                    id
+            None => {
+                self.frames.clear();
+                self.frames.extend(raw.chunks_exact(8).map(word));
+                let frames = &self.frames[..];
+                match self.ids.get(frames) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.stacks.len() as u32;
+                        self.stacks.push(frames.into());
+                        self.ids.insert(frames.into(), id);
+                        id
+                    }
                 }
-            },
+            }
         };
         self.blocks.push(Block {
             addr: h + l.header_size,
