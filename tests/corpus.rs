@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use valgrind::ATTEMPTS;
 use valgrind::{last_report_summary, Summary};
 
 /// How a workload's core is made.
@@ -723,16 +724,6 @@ fn core_at_exit(
         ))
     }
 }
-
-/// How many times the dmem side of a workload runs before a difference from valgrind counts.
-/// Both tools scan conservatively, so a word that merely looks like a pointer into a lost block
-/// makes it possibly lost, and whether one does depends on where the kernel put the heap: in
-/// perl's run, a 10-byte string buffer whose first word is two characters of text over the high
-/// bytes of a stale heap pointer lands inside a lost 7,552-byte block in about one layout in
-/// eight (`dmem why` on such a run's core shows the chain). valgrind lays out its client the
-/// same way every run, so its answer is one layout's; dmem's runs each get a layout of their
-/// own, and a workload fails only when every one of them differs, which a real difference does.
-const ATTEMPTS: usize = 4;
 
 /// Runs one workload under valgrind and under dmem; what differs, if anything.
 fn check(

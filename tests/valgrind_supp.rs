@@ -116,6 +116,36 @@ fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// dmem's report of `case` with `opts`, its lost and suppressed counts asserted to be those of
+/// valgrind's log `theirs` (`file` names the suppressions both were given). The dmem side runs
+/// again in a new layout while it differs: see `valgrind::ATTEMPTS`.
+fn dmem_as_valgrind(case: &Case, opts: &str, theirs: &str, file: &str) -> String {
+    let differs = |ours: &str| -> Vec<&str> {
+        let count = |log: &str, what: &str| valgrind::counted(log, what);
+        let apart = |what: &&str| count(ours, what) != count(theirs, what);
+        COUNTED.iter().copied().filter(apart).collect()
+    };
+    let mut ours = dmem(case, opts);
+    for attempt in 2..=valgrind::ATTEMPTS {
+        if differs(&ours).is_empty() {
+            break;
+        }
+        eprintln!(
+            "{}: run {} differs, in a new layout again",
+            case.name,
+            attempt - 1
+        );
+        ours = dmem(case, opts);
+    }
+    assert!(
+        differs(&ours).is_empty(),
+        "{}: {:?} differ in every run, dmem against valgrind with {file}\n{ours}\n{theirs}",
+        case.name,
+        differs(&ours)
+    );
+    ours
+}
+
 #[test]
 fn valgrinds_generated_suppressions_suppress_the_same_blocks_under_dmem() {
     let dir = scratch_dir("vgsupp_from_valgrind");
@@ -137,15 +167,8 @@ fn valgrinds_generated_suppressions_suppress_the_same_blocks_under_dmem() {
             "{}: {theirs}",
             case.name
         );
-        let ours = dmem(case, &format!("suppressions={},leak-show=all", supp.display()));
-        for what in COUNTED {
-            assert_eq!(
-                valgrind::counted(&ours, what),
-                valgrind::counted(&theirs, what),
-                "{}: {what}, dmem against valgrind with valgrind's file\n{blocks}\n{ours}\n{theirs}",
-                case.name
-            );
-        }
+        let opts = format!("suppressions={},leak-show=all", supp.display());
+        dmem_as_valgrind(case, &opts, &theirs, &format!("valgrind's file\n{blocks}"));
     }
 }
 
@@ -165,20 +188,13 @@ fn dmems_generated_suppressions_suppress_the_same_blocks_under_valgrind() {
         );
         let supp = write(&dir, &format!("{}.dmem.supp", case.name), &blocks);
         let theirs = valgrind(case, &[&format!("--suppressions={}", supp.display())]);
-        let ours = dmem(case, &format!("suppressions={}", supp.display()));
+        let opts = format!("suppressions={}", supp.display());
+        let ours = dmem_as_valgrind(case, &opts, &theirs, &format!("dmem's file\n{blocks}"));
         assert!(
             valgrind::counted(&ours, "suppressed").1 > 0,
             "{}: {ours}",
             case.name
         );
-        for what in COUNTED {
-            assert_eq!(
-                valgrind::counted(&theirs, what),
-                valgrind::counted(&ours, what),
-                "{}: {what}, valgrind against dmem with dmem's file\n{blocks}\n{theirs}\n{ours}",
-                case.name
-            );
-        }
         // Every lost block of dmem's report was suppressed, under valgrind as under dmem.
         for what in &COUNTED[..3] {
             assert_eq!(

@@ -6,6 +6,18 @@ use crate::common::run::{run_limited, LIMIT};
 use std::path::Path;
 use std::process::Command;
 
+/// How many times the dmem side of a comparison runs before a difference from valgrind counts.
+/// Both tools scan conservatively, so a word that merely looks like a pointer into a lost block
+/// makes it possibly lost, and whether one does depends on where the kernel put the heap: in
+/// perl's run, a 10-byte string buffer whose first word is two characters of text over the high
+/// bytes of a stale heap pointer lands inside a lost 7,552-byte block in about one layout in
+/// eight; in troff's, a word of a live 136-byte table points one byte into one of the 2,880
+/// lost 8-byte blocks in about one layout in three hundred (`dmem why` on such a run's core
+/// shows the chain). valgrind lays out its client the same way every run, so its answer is one
+/// layout's; dmem's runs each get a layout of their own, and a comparison fails only when every
+/// one of them differs, which a real difference does.
+pub const ATTEMPTS: usize = 4;
+
 /// The classes as valgrind's LEAK SUMMARY names them, in its order.
 pub const CLASSES: [&str; 4] = [
     "definitely lost",
