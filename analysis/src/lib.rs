@@ -21,6 +21,7 @@ pub mod escape;
 pub mod fit;
 pub mod frame;
 pub mod maps;
+pub mod prescan;
 pub mod reach;
 pub mod records;
 pub mod roots;

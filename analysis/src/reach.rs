@@ -24,6 +24,7 @@
 //! code, and both agree with valgrind on the same program.
 
 use crate::maps::{self, Mapping};
+use crate::prescan::Prescan;
 
 /// The class of one block, in valgrind's words.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
@@ -481,6 +482,8 @@ pub struct Marker {
     /// for the whole mark, where one made for each block scanned was zeroed each time (2 KiB
     /// of stores a block).
     words: [usize; 256],
+    /// Blocks' words read ahead (`Prescan`), which the mark takes instead of reading them.
+    pre: Prescan,
 }
 
 impl Marker {
@@ -493,7 +496,13 @@ impl Marker {
             head: Vec::with_capacity(n),
             work: Vec::with_capacity(2 * n + 1),
             words: [0; 256],
+            pre: Prescan::default(),
         }
+    }
+
+    /// The mark takes each block's words from `pre` where it holds them.
+    pub fn read_ahead(&mut self, pre: Prescan) {
+        self.pre = pre;
     }
 
     /// Classifies every block; `class()` then reads the result. Memory is read through `src`,
@@ -512,6 +521,7 @@ impl Marker {
         let heads = &mut self.head;
         let work = &mut self.work;
         let words = &mut self.words;
+        let pre = &self.pre;
         heads.clear();
         heads.resize(blocks.len(), usize::MAX);
         state.clear();
@@ -569,17 +579,21 @@ impl Marker {
             // others on top: asked for that far ahead, its lines arrive while the blocks above
             // it are scanned (one block's scan takes less time than a miss).
             if let Some(&ahead) = work.len().checked_sub(AHEAD).and_then(|k| work.get(k)) {
-                let (s, e) = blocks.range(ahead);
-                src.prefetch(s, e);
+                prefetch(pre, blocks, ahead, src);
             }
-            let (s, e) = blocks.range(i);
             // A block queued as possibly lost and upgraded since is queued again; scanning it
             // with its current class covers both entries.
             let sure = state[i] == REACHABLE;
             let mut run = |ws: &[usize], src: &mut S| {
                 each_spanned(blocks, ws, |w| mark(w, sure, state, heur, work, src));
             };
-            scan_with(src, s, e, words, &mut run);
+            match pre.words(i) {
+                Some(ws) => run(ws, src),
+                None => {
+                    let (s, e) = blocks.range(i);
+                    scan_with(src, s, e, words, &mut run);
+                }
+            }
         }
 
         self.cliques(blocks, src);
@@ -590,6 +604,7 @@ impl Marker {
     /// among them) indirectly lost under it.
     fn cliques<S: Source>(&mut self, blocks: &Blocks, src: &mut S) {
         let (state, heads, work) = (&mut self.state, &mut self.head, &mut self.work);
+        let pre = &self.pre;
         let n = blocks.len();
         // The next AHEAD heads, found ahead so that their words are asked for while this
         // clique is scanned (a block a clique claims on the way is passed over when its turn
@@ -607,8 +622,7 @@ impl Marker {
             cursor = cursor.max(head + 1);
             while count < AHEAD && cursor < n {
                 if state[cursor] == UNSEEN {
-                    let (s, e) = blocks.range(cursor);
-                    src.prefetch(s, e);
+                    prefetch(pre, blocks, cursor, src);
                     asked[(first + count) % AHEAD] = cursor;
                     count += 1;
                 }
@@ -618,11 +632,9 @@ impl Marker {
             work.push(head);
             while let Some(i) = work.pop() {
                 if let Some(&next) = work.last() {
-                    let (s, e) = blocks.range(next);
-                    src.prefetch(s, e);
+                    prefetch(pre, blocks, next, src);
                 }
-                let (s, e) = blocks.range(i);
-                src.scan(s, e, &mut |ws| {
+                let mut claim = |ws: &[usize]| {
                     each_spanned(blocks, ws, |w| {
                         let Some(j) = blocks.find_spanned(w) else { return };
                         match state[j] {
@@ -640,7 +652,14 @@ impl Marker {
                             _ => {}
                         }
                     });
-                });
+                };
+                match pre.words(i) {
+                    Some(ws) => claim(ws),
+                    None => {
+                        let (s, e) = blocks.range(i);
+                        src.scan(s, e, &mut claim);
+                    }
+                }
             }
         }
     }
@@ -686,11 +705,19 @@ impl Marker {
 /// How many blocks ahead of the one it scans the mark asks its source for.
 const AHEAD: usize = 4;
 
+/// Asks `src` for block `i`'s memory ahead of its scan, unless its words were read ahead.
+fn prefetch<S: Source>(pre: &Prescan, blocks: &Blocks, i: usize, src: &mut S) {
+    if pre.words(i).is_none() {
+        let (s, e) = blocks.range(i);
+        src.prefetch(s, e);
+    }
+}
+
 /// Calls `f` with the words of `ws` that `blocks.spans`, in order. Nearly every word a scan
 /// reads fails that test, so words are tested eight at a time without a branch for each, and
 /// only a group with a word in range is looked at word by word.
 #[inline(always)]
-fn each_spanned(blocks: &Blocks, ws: &[usize], mut f: impl FnMut(usize)) {
+pub(crate) fn each_spanned(blocks: &Blocks, ws: &[usize], mut f: impl FnMut(usize)) {
     let mut groups = ws.chunks_exact(8);
     for g in &mut groups {
         if g.iter().fold(false, |any, &w| any | blocks.spans(w)) {

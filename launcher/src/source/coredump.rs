@@ -333,6 +333,18 @@ impl Memory for CoreDump {
         self.data.get(at..at.checked_add(usize::try_from(len).ok()?)?)
     }
 
+    fn shared(&self) -> Option<Vec<(u64, &[u8])>> {
+        let run = |l: &Load| {
+            let at = usize::try_from(l.offset).ok()?;
+            Some((
+                l.vaddr,
+                self.data
+                    .get(at..at.checked_add(usize::try_from(l.filesz).ok()?)?)?,
+            ))
+        };
+        Some(self.loads.iter().filter_map(run).collect())
+    }
+
     /// Every header a walk can believe is in the core's own bytes (a heap is never left out
     /// of a core while the files mapped beside it may be).
     fn bound(&self) -> u64 {

@@ -81,6 +81,13 @@ pub trait Memory {
         None
     }
 
+    /// Every byte the source holds in place, as runs by address (a core's segments, a stopped
+    /// process's copy), for readers on other threads; None where reads go elsewhere (a live
+    /// process). What lies outside the runs is read through the source itself.
+    fn shared(&self) -> Option<Vec<(u64, &[u8])>> {
+        None
+    }
+
     /// Asks the processor for the bytes of `[addr, addr + len)` ahead of a scan, where the
     /// source holds them in one piece (`borrow`); elsewhere it does nothing.
     fn prefetch(&self, addr: u64, len: u64) {
@@ -467,6 +474,10 @@ impl Memory for CopiedMemory {
 
     fn borrow(&self, addr: u64, len: u64) -> Option<&[u8]> {
         self.copied(addr)?.get(..usize::try_from(len).ok()?)
+    }
+
+    fn shared(&self) -> Option<Vec<(u64, &[u8])>> {
+        Some(self.runs.iter().map(|(at, b)| (*at, &b[..])).collect())
     }
 
     fn pieces(&self, start: u64, end: u64, f: &mut dyn FnMut(u64, &[u8])) -> bool {
