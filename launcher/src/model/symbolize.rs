@@ -13,9 +13,10 @@
 use crate::source::elf::ElfObject;
 use crate::source::mappings::Local;
 use crate::source::mappings::Mappings;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::mpsc;
 
 pub use crate::analysis::frame::Frame;
 use crate::analysis::symbolize::Debug;
@@ -33,25 +34,45 @@ impl Object {
     /// found), with the debug file found up front (`found`), else looked up by build id when the
     /// object has no DWARF of its own.
     fn open(path: &Path, local: &Local) -> Option<Object> {
+        let (elf, debug) = Object::parts(path, local, true).ok()??;
+        Some(Object::of(path, elf, debug))
+    }
+
+    fn of(path: &Path, elf: ElfObject, debug: Debug) -> Object {
+        Object {
+            elf,
+            path: Rc::from(path),
+            debug,
+        }
+    }
+
+    /// What `open` reads, on any thread. Without `fetch`, Err where only a debuginfod server
+    /// could give the debug file: that is left to `open`, when a frame asks for it.
+    fn parts(path: &Path, local: &Local, fetch: bool) -> Result<Option<(ElfObject, Debug)>, ()> {
         let elf = match local.exe.as_deref() {
             Some(f) => ElfObject::open_as(path, f).ok(),
             // No file of its build, but its debug file: laid out by the target's own headers.
             None => local.headers.clone(),
         };
+        let mut unfetched = false;
         let debug = Debug::open(local.exe.as_deref(), || {
             local.debug.clone().or_else(|| {
                 let id = local
                     .build_id
                     .clone()
                     .or_else(|| elf.as_ref().and_then(ElfObject::build_id_hex))?;
-                crate::source::files::debug_file(&id, path)
+                if fetch {
+                    return crate::source::files::debug_file(&id, path);
+                }
+                let found = crate::source::files::local_debug_file(&id);
+                unfetched = found.is_none() && !crate::source::debuginfod::urls().is_empty();
+                found
             })
-        })?;
-        Some(Object {
-            elf: elf?,
-            path: Rc::from(path),
-            debug,
-        })
+        });
+        if unfetched {
+            return Err(());
+        }
+        Ok(debug.zip(elf).map(|(debug, elf)| (elf, debug)))
     }
 
     /// The frames at link-time address `probe` (already moved back into the call instruction).
@@ -65,7 +86,19 @@ pub struct Symbolizer {
     maps: Mappings,
     objects: HashMap<PathBuf, Option<Rc<Object>>>,
     pcs: HashMap<u64, Rc<[Frame]>>,
+    /// Objects being opened on another thread (`open_ahead`).
+    ahead: Option<Ahead>,
 }
+
+/// The objects a thread opens ahead of their first frame, by key, and where each arrives (key,
+/// path mapped): opened, or left to `Symbolizer::object` (Err) when it needs a debuginfod
+/// server.
+struct Ahead {
+    keys: HashSet<PathBuf>,
+    arrive: mpsc::Receiver<Arrived>,
+}
+
+type Arrived = (PathBuf, PathBuf, Result<Option<(ElfObject, Debug)>, ()>);
 
 impl Symbolizer {
     pub fn new(maps: Mappings) -> Symbolizer {
@@ -73,6 +106,78 @@ impl Symbolizer {
             maps,
             objects: HashMap::new(),
             pcs: HashMap::new(),
+            ahead: None,
+        }
+    }
+
+    /// Opens, on a thread of its own, the objects the return addresses `pcs` lie in, so that
+    /// their symbols and DWARF (a libc's detached debug file is tens of megabytes, compressed)
+    /// are read while the heap is classified rather than when the first stack is named. An
+    /// object that is withheld from the user, or whose debug file only a debuginfod server has,
+    /// is opened as before, when its first frame is named.
+    pub fn open_ahead(&mut self, pcs: impl IntoIterator<Item = u64>) {
+        let mut seen = HashSet::new();
+        let mut todo = Vec::new();
+        for pc in pcs {
+            let Some(path) = self.maps.find(pc).and_then(|m| m.path.clone()) else {
+                continue;
+            };
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            let (key, local) = self.local(&path);
+            if !local.withheld && !self.objects.contains_key(&key) {
+                todo.push((key, path, local));
+            }
+        }
+        if todo.is_empty() {
+            return;
+        }
+        let keys = todo.iter().map(|(k, _, _)| k.clone()).collect();
+        let (send, arrive) = mpsc::channel();
+        let opener = move || {
+            for (key, path, local) in todo {
+                let parts = Object::parts(&path, &local, false);
+                if send.send((key, path, parts)).is_err() {
+                    return;
+                }
+            }
+        };
+        // Without the thread, every object is opened when its first frame is named.
+        if std::thread::Builder::new()
+            .name("symbols".into())
+            .spawn(opener)
+            .is_ok()
+        {
+            self.ahead = Some(Ahead { keys, arrive });
+        }
+    }
+
+    /// Where `path` is read from, and the key its object is kept under.
+    fn local(&self, path: &Path) -> (PathBuf, Local) {
+        let local = self.maps.local.get(path).cloned().unwrap_or_else(|| Local {
+            exe: Some(path.to_path_buf()),
+            ..Local::default()
+        });
+        let key = local.exe.clone().unwrap_or_else(|| path.to_path_buf());
+        (key, local)
+    }
+
+    /// Takes the objects opened ahead, up to the one kept under `key`, if it is being opened.
+    fn arrive(&mut self, key: &Path) {
+        let Some(ahead) = &self.ahead else { return };
+        if !ahead.keys.contains(key) || self.objects.contains_key(key) {
+            return;
+        }
+        // A thread that ended early sent what it opened: the rest are opened here.
+        while let Ok((k, path, opened)) = ahead.arrive.recv() {
+            if let Ok(parts) = opened {
+                let obj = parts.map(|(elf, debug)| Rc::new(Object::of(&path, elf, debug)));
+                self.objects.insert(k.clone(), obj);
+            }
+            if k == key {
+                break;
+            }
         }
     }
 
@@ -96,11 +201,8 @@ impl Symbolizer {
     /// The object mapped as `path`, opened once (by the file read, which a running process
     /// may map anew at the same path).
     pub fn object(&mut self, path: &Path) -> Option<Rc<Object>> {
-        let local = self.maps.local.get(path).cloned().unwrap_or_else(|| Local {
-            exe: Some(path.to_path_buf()),
-            ..Local::default()
-        });
-        let key = local.exe.clone().unwrap_or_else(|| path.to_path_buf());
+        let (key, local) = self.local(path);
+        self.arrive(&key);
         self.objects
             .entry(key)
             .or_insert_with(|| {
@@ -232,5 +334,23 @@ mod tests {
         assert!(Rc::ptr_eq(&frames, &s.frames(pc)), "answers are cached");
         let nowhere = s.frames(8);
         assert_eq!((nowhere.len(), nowhere[0].function.as_deref()), (1, None));
+    }
+
+    /// Objects opened ahead on another thread name a frame as those opened at its first frame
+    /// do; an address in no object asks for nothing.
+    #[test]
+    fn an_object_opened_ahead_names_frames_alike() {
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let pc = return_address_here as *const () as u64 + 2;
+        let mut ahead = Symbolizer::new(maps.clone());
+        ahead.open_ahead([pc, 8, pc]);
+        assert_eq!(ahead.ahead.as_ref().map(|a| a.keys.len()), Some(1));
+        assert!(ahead.objects.is_empty(), "opened on the thread, not here");
+        let want = Symbolizer::new(maps).frames(pc);
+        assert_eq!(ahead.frames(pc), want);
+        assert_eq!(ahead.objects.len(), 1);
+        let mut none = Symbolizer::new(Mappings::new(Vec::new()));
+        none.open_ahead([pc]);
+        assert!(none.ahead.is_none());
     }
 }

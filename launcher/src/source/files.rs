@@ -40,10 +40,14 @@ fn under(root: &Path, path: &Path) -> PathBuf {
 /// A debug file for build `id`: from the sysroot's debug tree, this machine's, or a debuginfod
 /// server. `name` names the object in messages.
 pub fn debug_file(id: &str, name: &Path) -> Option<PathBuf> {
+    local_debug_file(id).or_else(|| debuginfod::fetch(id, Kind::Debuginfo, name))
+}
+
+/// A debug file for build `id` on this machine: in the sysroot's debug tree or this machine's.
+pub fn local_debug_file(id: &str) -> Option<PathBuf> {
     sysroot()
         .and_then(|r| in_debug_tree(r, id))
         .or_else(|| in_debug_tree(Path::new("/"), id))
-        .or_else(|| debuginfod::fetch(id, Kind::Debuginfo, name))
 }
 
 /// Whether a file gone from `path` may still be found elsewhere: under the sysroot, or on a

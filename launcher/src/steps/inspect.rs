@@ -114,7 +114,10 @@ impl Inspect {
         if image.glibc.is_some() {
             crate::model::bare::group_by_type_and_size(&mut heap, &*image.mem, &roots::loaded(&image.maps));
         }
-        let namer = Namer::new(Symbolizer::new(image.maps.clone()));
+        let mut namer = Namer::new(Symbolizer::new(image.maps.clone()));
+        namer
+            .sym
+            .open_ahead(heap.stacks.iter().flat_map(|s| s.iter().copied()));
         Ok(Inspect {
             image,
             heap,
