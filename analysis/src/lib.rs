@@ -15,6 +15,7 @@ pub mod aliases;
 pub mod allocfn;
 pub mod arena;
 pub mod blockfile;
+pub mod blocks;
 pub mod carried;
 pub mod descriptor;
 pub mod escape;

@@ -9,7 +9,7 @@
 //! the mark would have read it gets, in the same order. The exit report, inside the program,
 //! starts no threads and reads as before.
 
-use crate::reach::{each_spanned, Blocks};
+use crate::blocks::{each_spanned, Blocks};
 
 /// What was read ahead: for each part of the blocks (one per thread), each block's kept words.
 #[derive(Default)]

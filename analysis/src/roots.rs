@@ -53,8 +53,8 @@
 //! out by its callers.
 
 use crate::arena::{self, Words};
+use crate::blocks::Blocks;
 use crate::maps::Mapping;
-use crate::reach::Blocks;
 
 /// Calls `emit` with the parts of `maps[i]` (sorted by address) that are roots by the rule
 /// of the program's own writable memory above. `sps` are the threads' stack pointers. With

@@ -21,7 +21,8 @@ use super::roots::{in_main_heap, objects, own_extra_roots, own_memory, thread_ro
 use super::stopworld::{Seen, World};
 use super::text::{write_report, Marks};
 use crate::analysis::arena;
-use crate::analysis::reach::{Blocks, Marker};
+use crate::analysis::blocks::Blocks;
+use crate::analysis::reach::Marker;
 use crate::exit_entry::Entry;
 use crate::lists;
 use crate::{options, procmaps, thread};

@@ -21,7 +21,7 @@ pub struct Heap {
     pub labels: Vec<String>,
     /// The blocks as the shared analysis sees them, made on first need: the roots and the
     /// classification both look addresses up in it.
-    analysis: std::cell::OnceCell<crate::analysis::reach::Blocks>,
+    analysis: std::cell::OnceCell<crate::analysis::blocks::Blocks>,
 }
 
 /// Where an address falls in a block.
@@ -36,9 +36,9 @@ pub enum Within {
 impl Heap {
     /// The blocks as the shared analysis sees them (the same order: by address), made once
     /// and shared by its callers: a heap's blocks do not change once it is made.
-    pub fn analysis_blocks(&self) -> &crate::analysis::reach::Blocks {
+    pub fn analysis_blocks(&self) -> &crate::analysis::blocks::Blocks {
         self.analysis.get_or_init(|| {
-            let mut blocks = crate::analysis::reach::Blocks::with_capacity(self.blocks.len());
+            let mut blocks = crate::analysis::blocks::Blocks::with_capacity(self.blocks.len());
             for b in &self.blocks {
                 blocks.push(b.addr as usize, (b.addr + b.size) as usize);
             }

@@ -1,9 +1,10 @@
 //! The leak classes of every live block of an image, with the exit report's definition (the one
 //! in `analysis::reach`), and the chains of references `dmem why` shows.
 
+use crate::analysis::blocks::Blocks;
 use crate::analysis::maps::Mapping;
 use crate::analysis::prescan::Prescan;
-use crate::analysis::reach::{self, Blocks, Class, Heuristic, Marker, Source};
+use crate::analysis::reach::{self, Class, Heuristic, Marker, Source};
 use crate::model::heap::Heap;
 use crate::model::roots::{Kind, Roots};
 use crate::source::memory::Memory;
