@@ -14,6 +14,10 @@ pub const PREV_INUSE: u64 = 1;
 pub const IS_MMAPPED: u64 = 2;
 pub const MINSIZE: u64 = 32;
 const PAGE: u64 = 4096;
+/// How many chunks ahead the walk asks for a header: a step takes a few nanoseconds and a miss
+/// a hundred or more, so eight steps ahead came too late (a million chunks of 608 bytes: 23 to
+/// 26 ms for the walk, 16 to 20 ms at 32 or 64).
+const AHEAD: usize = 32;
 
 /// One chunk: where its header is, its size, and whether the next chunk says it is in use.
 #[derive(Clone, Copy, Debug)]
@@ -99,10 +103,10 @@ impl HeapWalk<'_> {
             if let Some(i) = self.prev {
                 self.out[i].in_use = word & PREV_INUSE != 0;
             }
-            // The header eight chunks on, were they all of this size (a heap holds runs of
+            // The header AHEAD chunks on, were they all of this size (a heap holds runs of
             // blocks of one size): asked for now, it is in the cache when the walk gets there,
             // where each header's address depends on the size read before it.
-            let ahead = o + 8 * size as usize;
+            let ahead = o + AHEAD * size as usize;
             if ahead < bytes.len() {
                 prefetch_lines(&bytes[ahead..ahead + 1]);
             }
