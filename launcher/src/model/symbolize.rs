@@ -86,8 +86,8 @@ pub struct Symbolizer {
     maps: Mappings,
     objects: HashMap<PathBuf, Option<Rc<Object>>>,
     pcs: HashMap<u64, Rc<[Frame]>>,
-    /// Objects being opened on another thread (`open_ahead`).
-    ahead: Option<Ahead>,
+    /// Objects being opened on other threads (`open_ahead`), a thread for each call.
+    ahead: Vec<Ahead>,
 }
 
 /// The objects a thread opens ahead of their first frame, by key, and where each arrives (key,
@@ -106,7 +106,7 @@ impl Symbolizer {
             maps,
             objects: HashMap::new(),
             pcs: HashMap::new(),
-            ahead: None,
+            ahead: Vec::new(),
         }
     }
 
@@ -117,16 +117,40 @@ impl Symbolizer {
     /// is opened as before, when its first frame is named.
     pub fn open_ahead(&mut self, pcs: impl IntoIterator<Item = u64>) {
         let mut seen = HashSet::new();
+        let paths: Vec<PathBuf> = pcs
+            .into_iter()
+            .filter_map(|pc| self.maps.find(pc).and_then(|m| m.path.clone()))
+            .filter(|p| seen.insert(p.clone()))
+            .collect();
+        self.open_paths_ahead(paths);
+    }
+
+    /// As `open_ahead`, before any stack is known: the objects nearly every allocation's stack
+    /// passes through, the program itself (`exe`), its C library and C++ runtime, opened while
+    /// the lists are walked.
+    pub fn open_usual_ahead(&mut self, exe: Option<&Path>) {
+        let usual = |p: &Path| {
+            Some(p) == exe
+                || p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libstdc++.so"))
+        };
+        let paths = self
+            .maps
+            .files()
+            .into_iter()
+            .filter(|p| usual(p))
+            .map(Path::to_path_buf)
+            .collect();
+        self.open_paths_ahead(paths);
+    }
+
+    fn open_paths_ahead(&mut self, paths: Vec<PathBuf>) {
         let mut todo = Vec::new();
-        for pc in pcs {
-            let Some(path) = self.maps.find(pc).and_then(|m| m.path.clone()) else {
-                continue;
-            };
-            if !seen.insert(path.clone()) {
-                continue;
-            }
+        for path in paths {
             let (key, local) = self.local(&path);
-            if !local.withheld && !self.objects.contains_key(&key) {
+            let known = self.objects.contains_key(&key) || self.ahead.iter().any(|a| a.keys.contains(&key));
+            if !local.withheld && !known {
                 todo.push((key, path, local));
             }
         }
@@ -149,7 +173,7 @@ impl Symbolizer {
             .spawn(opener)
             .is_ok()
         {
-            self.ahead = Some(Ahead { keys, arrive });
+            self.ahead.push(Ahead { keys, arrive });
         }
     }
 
@@ -165,10 +189,12 @@ impl Symbolizer {
 
     /// Takes the objects opened ahead, up to the one kept under `key`, if it is being opened.
     fn arrive(&mut self, key: &Path) {
-        let Some(ahead) = &self.ahead else { return };
-        if !ahead.keys.contains(key) || self.objects.contains_key(key) {
+        if self.objects.contains_key(key) {
             return;
         }
+        let Some(ahead) = self.ahead.iter().find(|a| a.keys.contains(key)) else {
+            return;
+        };
         // A thread that ended early sent what it opened: the rest are opened here.
         while let Ok((k, path, opened)) = ahead.arrive.recv() {
             if let Ok(parts) = opened {
@@ -344,13 +370,42 @@ mod tests {
         let pc = return_address_here as *const () as u64 + 2;
         let mut ahead = Symbolizer::new(maps.clone());
         ahead.open_ahead([pc, 8, pc]);
-        assert_eq!(ahead.ahead.as_ref().map(|a| a.keys.len()), Some(1));
+        assert_eq!(ahead.ahead.iter().map(|a| a.keys.len()).sum::<usize>(), 1);
         assert!(ahead.objects.is_empty(), "opened on the thread, not here");
         let want = Symbolizer::new(maps).frames(pc);
         assert_eq!(ahead.frames(pc), want);
         assert_eq!(ahead.objects.len(), 1);
+        // Opened already: no thread for it.
+        let threads = ahead.ahead.len();
+        ahead.open_ahead([pc]);
+        assert_eq!(ahead.ahead.len(), threads);
         let mut none = Symbolizer::new(Mappings::new(Vec::new()));
         none.open_ahead([pc]);
-        assert!(none.ahead.is_none());
+        assert!(none.ahead.is_empty());
+    }
+
+    /// Before any stack is known, the C library is opened ahead, and names its functions as it
+    /// does when opened at its first frame.
+    #[test]
+    fn the_c_library_is_opened_ahead_of_any_stack() {
+        let maps = Mappings::of_process(std::process::id() as i32).unwrap();
+        let mut ahead = Symbolizer::new(maps.clone());
+        ahead.open_usual_ahead(None);
+        // Only libc: the test program is neither named nor C++. Keyed by the file read, which
+        // for a running process is its own mapping of it.
+        let keys: Vec<PathBuf> = ahead.ahead.iter().flat_map(|a| a.keys.iter().cloned()).collect();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        // Into malloc, as a return address there would be.
+        let pc = libc::malloc as *const () as u64 + 4;
+        let frames = ahead.frames(pc);
+        assert_eq!(frames, Symbolizer::new(maps).frames(pc));
+        assert!(
+            frames[0]
+                .function
+                .as_deref()
+                .is_some_and(|f| f.contains("malloc")),
+            "{frames:?}"
+        );
+        assert!(ahead.objects.contains_key(&keys[0]));
     }
 }

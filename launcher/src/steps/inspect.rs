@@ -102,6 +102,11 @@ impl Inspect {
             image.mem = Box::new(mem);
             image.still = true;
         }
+        let mut namer = Namer::new(Symbolizer::new(image.maps.clone()));
+        if image.glibc.is_none() {
+            // While the lists are walked; what else the stacks need, after.
+            namer.sym.open_usual_ahead(image.exe.as_deref());
+        }
         let (walk, bare, census) = match &image.glibc {
             Some(g) => {
                 let tps = image.thread_pointers();
@@ -114,7 +119,6 @@ impl Inspect {
         if image.glibc.is_some() {
             crate::model::bare::group_by_type_and_size(&mut heap, &*image.mem, &roots::loaded(&image.maps));
         }
-        let mut namer = Namer::new(Symbolizer::new(image.maps.clone()));
         namer
             .sym
             .open_ahead(heap.stacks.iter().flat_map(|s| s.iter().copied()));
