@@ -1,13 +1,13 @@
 //! The words of every block that point among the blocks, read ahead of the mark in address order
-//! by as many threads as the machine has, for a reader whose memory does not change (a core, a
-//! stopped process's copy).
+//! by several threads, for a reader whose memory does not change (a core, a stopped process's
+//! copy).
 //!
 //! The mark (`reach::Marker`) visits the blocks in the order its worklist pops them, and each
 //! visit is a run of cache misses a few hundred bytes long. Read ahead, the same words come in
 //! one stream per thread, which the processor's prefetchers follow, and the mark then visits only
-//! the few words per block that `Blocks::spans` keeps: the answer is the same, since every word
-//! the mark would have read it gets, in the same order. The exit report, inside the program,
-//! starts no threads and reads as before.
+//! the few words per block that `Blocks::spans` keeps: the answer is the same, since the mark
+//! gets every word it would have looked at, in the same order. The exit report, inside the
+//! program, starts no threads and reads as before.
 
 use crate::blocks::{each_spanned, Blocks};
 
@@ -137,8 +137,8 @@ mod tests {
         blocks
     }
 
-    /// Each block's words are its index and the start of the next block, so one word of each
-    /// lies among the blocks; block 7 cannot be read.
+    /// Each block's words are its index (below the blocks), the start of the next block and
+    /// zeros, so one word of each lies among the blocks; block 7 cannot be read.
     fn read(s: usize, _e: usize, emit: &mut dyn FnMut(&[usize])) -> bool {
         let i = (s - 0x1000) / 64;
         if i == 7 {
@@ -166,7 +166,7 @@ mod tests {
                     None => panic!("block {i} not read with {threads} threads"),
                 }
             }
-            // Block 0's word 0 is 0, which lies below the blocks; block 1's `1` too.
+            // No block past the last.
             assert_eq!(pre.words(n), None);
         }
     }

@@ -570,10 +570,30 @@ mod tests {
         for (i, &words) in used.iter().enumerate() {
             blocks.push(addr(i), addr(i) + 8 * words.max(2));
         }
-        let mut m = Marker::new(n);
         let roots = [(0x100, 0x100 + 8 * root_to.len())];
-        m.classify(&blocks, &roots, &[], Heuristic::DEFAULT, &mut Words(mem));
-        (0..n).map(|i| m.class(i)).collect()
+        // Each world classified twice: reading every block as the mark goes, and with the
+        // blocks' words read ahead on two threads (`Prescan`), which must change nothing.
+        let read = |s: usize, e: usize, emit: &mut dyn FnMut(&[usize])| {
+            let ws: Vec<usize> = (s..e)
+                .step_by(8)
+                .map(|a| mem.get(&a).copied().unwrap_or(0))
+                .collect();
+            emit(&ws);
+            true
+        };
+        let ahead = Prescan::read(&blocks, 2, 1 << 20, &read);
+        let mut answers = Vec::new();
+        for pre in [None, Some(ahead)] {
+            let mut m = Marker::new(n);
+            if let Some(pre) = pre {
+                m.read_ahead(pre);
+            }
+            m.classify(&blocks, &roots, &[], Heuristic::DEFAULT, &mut Words(mem.clone()));
+            let classes: Vec<Class> = (0..n).map(|i| m.class(i)).collect();
+            answers.push((classes, m.heads()));
+        }
+        assert_eq!(answers[0], answers[1], "read ahead or not");
+        answers.swap_remove(0).0
     }
 
     /// Memory as a map of the words that are not zero; vtables at 0x9000..0xa000.
