@@ -149,8 +149,9 @@ impl Symbolizer {
         let mut todo = Vec::new();
         for path in paths {
             let (key, local) = self.local(&path);
-            let known = self.objects.contains_key(&key) || self.ahead.iter().any(|a| a.keys.contains(&key));
-            if !local.withheld && !known {
+            let opened = self.objects.contains_key(&key);
+            let opening = self.ahead.iter().any(|a| a.keys.contains(&key));
+            if !local.withheld && !opened && !opening {
                 todo.push((key, path, local));
             }
         }
