@@ -35,8 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use valgrind::ATTEMPTS;
-use valgrind::{last_report_summary, Summary};
+use valgrind::{last_report_summary, Summary, ATTEMPTS};
 
 /// How a workload's core is made.
 #[derive(Clone, Copy, PartialEq, Eq)]

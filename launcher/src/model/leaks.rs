@@ -184,8 +184,8 @@ pub fn classify(mem: &dyn Memory, heap: &Heap, roots: &Roots, heuristics: u8) ->
 /// Most threads that read the blocks ahead of the mark.
 const MOST_THREADS: usize = 8;
 
-/// Most words the threads keep between them: 256 MiB, a quarter of a million-block heap's
-/// words if every one pointed among the blocks. The blocks past it are read by the mark.
+/// Most words the threads keep between them (256 MiB, a share each): on a heap where most words
+/// point among the blocks, the blocks past it are read by the mark itself.
 const ROOM: usize = 1 << 25;
 
 /// Every block's words that point among the blocks, read ahead of the mark in address order by a
