@@ -98,6 +98,25 @@ fn abort_core(dir: &Path, prog: &Path) -> PathBuf {
     gdbrun::written_core(core, &output(&mut cmd))
 }
 
+/// The fixture's lost blocks as it describes them: definitely, indirectly and possibly lost.
+const DESCRIBED: [u64; 3] = [64, 69, 4];
+
+/// valgrind's classes of the fixture run to its exit. valgrind schedules the threads itself, and
+/// now and then a word a thread left behind points into a lost block in its run and makes it
+/// possibly lost (63, 69 and 5 once, in CI): valgrind runs again, up to `valgrind::ATTEMPTS`
+/// times, until its lost classes are the ones the fixture describes, which they are in nearly
+/// every run. Never so, its last answer stands, and the comparisons fail with it.
+fn valgrinds_classes(prog: &Path) -> valgrind::Summary {
+    let mut want = valgrind::summary(prog, &["exit"]);
+    for _ in 1..valgrind::ATTEMPTS {
+        if want[..3].iter().map(|c| c.0).eq(DESCRIBED) {
+            break;
+        }
+        want = valgrind::summary(prog, &["exit"]);
+    }
+    want
+}
+
 /// (blocks) per class from `dmem leaks --json`, in valgrind's order.
 fn classes(json: &str) -> [u64; 4] {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
@@ -126,7 +145,7 @@ fn check_core(prog: &Path, core: &Path, want: &valgrind::Summary) {
     );
     // A block memalign moved inside its mapping, found elsewhere, would be possibly lost here
     // (the program's pointer inside it) where valgrind says reachable.
-    assert_eq!(got[0..3], [64, 69, 4], "the fixture's leaks as it describes them");
+    assert_eq!(got[0..3], DESCRIBED, "the fixture's leaks as it describes them");
     assert!(
         got[3] == want[3].0 || got[3] == want[3].0 + 1,
         "still reachable: dmem {got:?}, valgrind {want:?}"
@@ -263,7 +282,7 @@ fn a_bare_core_from_abort_is_read_through_glibcs_heap() {
         return;
     }
     let prog = fixture("bare_heap");
-    let want = valgrind::summary(&prog, &["exit"]);
+    let want = valgrinds_classes(&prog);
     let dir = scratch_dir("bare_heap_abort");
     let core = abort_core(&dir, &prog);
     check_core(&prog, &core, &want);
@@ -320,7 +339,7 @@ fn a_running_bare_process_and_its_gcore_are_read_through_glibcs_heap() {
         return;
     }
     let prog = fixture("bare_heap");
-    let want = valgrind::summary(&prog, &["exit"]);
+    let want = valgrinds_classes(&prog);
     let mut cmd = Command::new(&prog);
     cmd.arg("wait");
     let target = live::start_command(cmd, "bare_heap");
