@@ -107,14 +107,12 @@ const DESCRIBED: [u64; 3] = [64, 69, 4];
 /// times, until its lost classes are the ones the fixture describes, which they are in nearly
 /// every run. Never so, its last answer stands, and the comparisons fail with it.
 fn valgrinds_classes(prog: &Path) -> valgrind::Summary {
-    let mut want = valgrind::summary(prog, &["exit"]);
-    for _ in 1..valgrind::ATTEMPTS {
-        if want[..3].iter().map(|c| c.0).eq(DESCRIBED) {
-            break;
-        }
-        want = valgrind::summary(prog, &["exit"]);
-    }
-    want
+    let run = || valgrind::summary(prog, &["exit"]);
+    let how = |want: &valgrind::Summary| {
+        let lost = want[..3].iter().map(|c| c.0);
+        (!lost.eq(DESCRIBED)).then(|| format!("valgrind {want:?}"))
+    };
+    valgrind::again_while_it_differs("bare_heap under valgrind", run, how)
 }
 
 /// (blocks) per class from `dmem leaks --json`, in valgrind's order.

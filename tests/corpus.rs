@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use valgrind::{last_report_summary, Summary, ATTEMPTS};
+use valgrind::{last_report_summary, Summary};
 
 /// How a workload's core is made.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -814,22 +814,17 @@ fn check(
         failures
     };
 
-    let mut failures = Vec::new();
-    for attempt in 1..=ATTEMPTS {
+    // Each run in a new layout: see `valgrind::ATTEMPTS`.
+    let run = || {
         take_away_what_a_run_made();
-        failures = dmem_differs();
-        if failures.is_empty() {
-            // Cores are large; only a failure's are worth keeping.
-            let _ = std::fs::remove_dir_all(&top);
-            let _ = std::fs::remove_file(&file);
-            break;
-        }
-        if attempt < ATTEMPTS {
-            eprintln!(
-                "{name}: run {attempt} of {ATTEMPTS} differs, in a new layout again: {}",
-                failures.join(" / ")
-            );
-        }
+        dmem_differs()
+    };
+    let how = |f: &Vec<String>| (!f.is_empty()).then(|| f.join(" / "));
+    let failures = valgrind::again_while_it_differs(name, run, how);
+    if failures.is_empty() {
+        // Cores are large; only a failure's are worth keeping.
+        let _ = std::fs::remove_dir_all(&top);
+        let _ = std::fs::remove_file(&file);
     }
     failures
 }

@@ -125,18 +125,11 @@ fn dmem_as_valgrind(case: &Case, opts: &str, theirs: &str, file: &str) -> String
         let apart = |what: &&str| count(ours, what) != count(theirs, what);
         COUNTED.iter().copied().filter(apart).collect()
     };
-    let mut ours = dmem(case, opts);
-    for attempt in 2..=valgrind::ATTEMPTS {
-        if differs(&ours).is_empty() {
-            break;
-        }
-        eprintln!(
-            "{}: run {} differs, in a new layout again",
-            case.name,
-            attempt - 1
-        );
-        ours = dmem(case, opts);
-    }
+    let how = |ours: &String| {
+        let d = differs(ours);
+        (!d.is_empty()).then(|| format!("{d:?}"))
+    };
+    let ours = valgrind::again_while_it_differs(case.name, || dmem(case, opts), how);
     assert!(
         differs(&ours).is_empty(),
         "{}: {:?} differ in every run, dmem against valgrind with {file}\n{ours}\n{theirs}",

@@ -18,6 +18,22 @@ use std::process::Command;
 /// one of them differs, which a real difference does.
 pub const ATTEMPTS: usize = 4;
 
+/// `run()` again, up to `ATTEMPTS` runs in all, while `differs` says how its answer differs
+/// (None: it does not), with a line on standard error each time naming `what`; the last answer.
+pub fn again_while_it_differs<T>(
+    what: &str,
+    mut run: impl FnMut() -> T,
+    differs: impl Fn(&T) -> Option<String>,
+) -> T {
+    let mut answer = run();
+    for attempt in 1..ATTEMPTS {
+        let Some(how) = differs(&answer) else { break };
+        eprintln!("{what}: run {attempt} of {ATTEMPTS} differs, run again: {how}");
+        answer = run();
+    }
+    answer
+}
+
 /// The classes as valgrind's LEAK SUMMARY names them, in its order.
 pub const CLASSES: [&str; 4] = [
     "definitely lost",
